@@ -1,0 +1,264 @@
+//! Token-bucket math: a pure function of (stored state, now, limit).
+//!
+//! The bucket is kept as a GCRA "theoretical arrival time" (`tat_ns`), which is exactly a
+//! token bucket with capacity `burst` and continuous refill at `rate_per_s`, in integer
+//! nanoseconds (no float drift, so counts are exact). `last_ns` remembers the last time seen
+//! so that a wall clock that steps backwards neither refills nor drains the bucket.
+//! The split follows governor: the math here knows nothing about where state lives.
+
+/// Nanoseconds per second.
+pub const NS_PER_S: u64 = 1_000_000_000;
+
+/// A token-bucket limit in integer form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    /// Nanoseconds to refill one token (`1e9 / rate_per_s`, rounded, at least 1).
+    pub emission_ns: u64,
+    /// Capacity in tokens (`burst`), at least 1.
+    pub burst: u32,
+}
+
+impl Rate {
+    /// Builds a rate from `rate_per_s` (> 0, finite) and `burst` (>= 1). Out-of-range inputs
+    /// are clamped (config validation rejects them before they get here).
+    pub fn new(rate_per_s: f64, burst: u32) -> Rate {
+        let emission = if rate_per_s.is_finite() && rate_per_s > 0.0 {
+            (NS_PER_S as f64 / rate_per_s).round()
+        } else {
+            u64::MAX as f64
+        };
+        // `as` saturates for floats out of range, so this cannot panic.
+        let emission_ns = (emission as u64).max(1);
+        Rate {
+            emission_ns,
+            burst: burst.max(1),
+        }
+    }
+
+    /// Time to refill a full bucket from empty, in nanoseconds (saturating).
+    pub fn capacity_ns(&self) -> u64 {
+        self.emission_ns.saturating_mul(u64::from(self.burst))
+    }
+}
+
+/// Stored state of one bucket. A key that has no state starts full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BucketState {
+    /// Theoretical arrival time, ns since the Unix epoch: the bucket is full when
+    /// `tat_ns <= now`, and holds `(capacity_ns - (tat_ns - now)) / emission_ns` tokens.
+    pub tat_ns: u64,
+    /// Latest `now` this state was computed at, ns since the Unix epoch.
+    pub last_ns: u64,
+}
+
+/// Outcome of taking one token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Take {
+    /// A token was taken; `remaining` whole tokens are left.
+    Allowed {
+        /// Whole tokens left after this one.
+        remaining: u32,
+        /// New state to store.
+        state: BucketState,
+    },
+    /// The bucket is empty; nothing was taken.
+    Limited {
+        /// Nanoseconds until one token is available (>= 1).
+        wait_ns: u64,
+    },
+}
+
+/// Rebases `state` on `now_ns`: if the clock went backwards, shift the state back by the same
+/// amount so the token count is unchanged.
+fn rebase(state: BucketState, now_ns: u64) -> BucketState {
+    if now_ns < state.last_ns {
+        let back = state.last_ns - now_ns;
+        BucketState {
+            tat_ns: state.tat_ns.saturating_sub(back),
+            last_ns: now_ns,
+        }
+    } else {
+        BucketState {
+            tat_ns: state.tat_ns,
+            last_ns: now_ns,
+        }
+    }
+}
+
+/// Takes one token from the bucket in `state` (`None` = new key, full) at `now_ns`.
+pub fn take(state: Option<BucketState>, now_ns: u64, rate: Rate) -> Take {
+    let s = rebase(state.unwrap_or_default(), now_ns);
+    let tat = s.tat_ns.max(now_ns);
+    let new_tat = tat.saturating_add(rate.emission_ns);
+    let horizon = now_ns.saturating_add(rate.capacity_ns());
+    if new_tat > horizon {
+        return Take::Limited {
+            wait_ns: (new_tat - horizon).max(1),
+        };
+    }
+    let free_ns = horizon - new_tat;
+    let remaining = u32::try_from(free_ns / rate.emission_ns).unwrap_or(u32::MAX);
+    Take::Allowed {
+        remaining,
+        state: BucketState {
+            tat_ns: new_tat,
+            last_ns: now_ns,
+        },
+    }
+}
+
+/// Gives back one token taken earlier (used when a later bucket of the same request rejects,
+/// so a rejected request consumes nothing).
+pub fn refund(state: BucketState, rate: Rate) -> BucketState {
+    BucketState {
+        tat_ns: state.tat_ns.saturating_sub(rate.emission_ns),
+        last_ns: state.last_ns,
+    }
+}
+
+/// Whole tokens available at `now_ns` (for stats, headers and tests).
+pub fn tokens(state: Option<BucketState>, now_ns: u64, rate: Rate) -> u32 {
+    let s = rebase(state.unwrap_or_default(), now_ns);
+    let used_ns = s.tat_ns.saturating_sub(now_ns);
+    let free_ns = rate.capacity_ns().saturating_sub(used_ns);
+    u32::try_from(free_ns / rate.emission_ns).unwrap_or(u32::MAX)
+}
+
+/// True when the bucket is full at `now_ns`, i.e. its state carries no information and its
+/// slot may be given to another key.
+pub fn is_full(state: BucketState, now_ns: u64) -> bool {
+    rebase(state, now_ns).tat_ns <= now_ns
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: u64 = 1_700_000_000 * NS_PER_S;
+
+    fn drain(mut state: Option<BucketState>, now: u64, rate: Rate) -> (u32, Option<BucketState>) {
+        let mut n = 0;
+        while let Take::Allowed { state: s, .. } = take(state, now, rate) {
+            state = Some(s);
+            n += 1;
+        }
+        (n, state)
+    }
+
+    #[test]
+    fn new_key_starts_full_with_exactly_burst_tokens() {
+        let rate = Rate::new(1.0, 5);
+        assert_eq!(tokens(None, T0, rate), 5);
+        let (n, _) = drain(None, T0, rate);
+        assert_eq!(n, 5);
+    }
+
+    #[test]
+    fn remaining_counts_down_exactly() {
+        let rate = Rate::new(2.0, 3);
+        let mut st = None;
+        for want in [2, 1, 0] {
+            match take(st, T0, rate) {
+                Take::Allowed { remaining, state } => {
+                    assert_eq!(remaining, want);
+                    st = Some(state);
+                }
+                Take::Limited { .. } => panic!("limited too early"),
+            }
+        }
+        assert_eq!(
+            take(st, T0, rate),
+            Take::Limited {
+                wait_ns: 500_000_000
+            }
+        );
+    }
+
+    #[test]
+    fn refill_is_continuous() {
+        let rate = Rate::new(10.0, 10); // one token per 100 ms
+        let (_, st) = drain(None, T0, rate);
+        assert_eq!(tokens(st, T0 + 99_999_999, rate), 0);
+        assert_eq!(tokens(st, T0 + 100_000_000, rate), 1);
+        assert_eq!(tokens(st, T0 + 350_000_000, rate), 3);
+        // Never above capacity.
+        assert_eq!(tokens(st, T0 + 3_600 * NS_PER_S, rate), 10);
+        let (n, _) = drain(st, T0 + 350_000_000, rate);
+        assert_eq!(n, 3);
+    }
+
+    #[test]
+    fn wait_is_time_until_next_token() {
+        let rate = Rate::new(0.5, 1); // one token per 2 s
+        let st = match take(None, T0, rate) {
+            Take::Allowed { state, .. } => state,
+            Take::Limited { .. } => panic!("new key must be full"),
+        };
+        assert_eq!(
+            take(Some(st), T0 + 500_000_000, rate),
+            Take::Limited {
+                wait_ns: 1_500_000_000
+            }
+        );
+    }
+
+    #[test]
+    fn clock_going_backwards_neither_refills_nor_drains() {
+        let rate = Rate::new(1.0, 4);
+        let mut st = None;
+        for _ in 0..2 {
+            if let Take::Allowed { state, .. } = take(st, T0, rate) {
+                st = Some(state);
+            }
+        }
+        assert_eq!(tokens(st, T0, rate), 2);
+        // Clock steps back 10 s: still 2 tokens, not 0 (drained) and not 4 (refilled).
+        let back = T0 - 10 * NS_PER_S;
+        assert_eq!(tokens(st, back, rate), 2);
+        let (n, st2) = drain(st, back, rate);
+        assert_eq!(n, 2);
+        // Refill resumes from the new (earlier) time.
+        assert_eq!(tokens(st2, back + NS_PER_S, rate), 1);
+    }
+
+    #[test]
+    fn refund_gives_back_exactly_one_token() {
+        let rate = Rate::new(1.0, 3);
+        let st = match take(None, T0, rate) {
+            Take::Allowed { state, .. } => state,
+            Take::Limited { .. } => panic!("new key must be full"),
+        };
+        assert_eq!(tokens(Some(st), T0, rate), 2);
+        assert_eq!(tokens(Some(refund(st, rate)), T0, rate), 3);
+    }
+
+    #[test]
+    fn extreme_rates_do_not_overflow() {
+        let slow = Rate::new(1e-9, u32::MAX);
+        assert_eq!(slow.capacity_ns(), u64::MAX);
+        assert!(matches!(take(None, u64::MAX, slow), Take::Allowed { .. }));
+        let fast = Rate::new(1e12, 1);
+        assert_eq!(fast.emission_ns, 1);
+        let bad = Rate::new(f64::NAN, 0);
+        assert_eq!(bad.burst, 1);
+        let _ = take(
+            Some(BucketState {
+                tat_ns: u64::MAX,
+                last_ns: u64::MAX,
+            }),
+            0,
+            bad,
+        );
+    }
+
+    #[test]
+    fn full_bucket_is_reclaimable() {
+        let rate = Rate::new(1.0, 2);
+        let st = match take(None, T0, rate) {
+            Take::Allowed { state, .. } => state,
+            Take::Limited { .. } => panic!("new key must be full"),
+        };
+        assert!(!is_full(st, T0));
+        assert!(is_full(st, T0 + NS_PER_S));
+    }
+}

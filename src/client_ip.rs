@@ -1,0 +1,175 @@
+//! Client address: from Envoy's downstream address or `x-forwarded-for`, grouped by prefix.
+
+use crate::config::{ClientIpConfig, IpSource};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Parses one address as found in Envoy's `source.address` property or an XFF entry:
+/// `1.2.3.4`, `1.2.3.4:5678`, `::1`, `[::1]`, `[::1]:443`, `fe80::1%eth0` (zone dropped),
+/// surrounding whitespace and quotes ignored. IPv4-mapped IPv6 becomes IPv4.
+/// Returns `None` for anything else (`unknown`, obfuscated RFC 7239 ids, garbage, non-UTF-8).
+pub fn parse_addr(raw: &[u8]) -> Option<IpAddr> {
+    let s = std::str::from_utf8(raw).ok()?.trim().trim_matches('"');
+    if s.is_empty() || s.len() > 64 {
+        return None;
+    }
+    let host = if let Some(rest) = s.strip_prefix('[') {
+        // [v6] or [v6]:port
+        rest.split(']').next()?
+    } else if s.matches(':').count() == 1 {
+        // v4:port
+        s.split(':').next()?
+    } else {
+        s
+    };
+    // Drop an IPv6 zone id: it names a local interface, not a different client.
+    let host = host.split('%').next()?;
+    let ip: IpAddr = host.parse().ok()?;
+    Some(ip.to_canonical())
+}
+
+/// The entry `hops` places from the right of an `x-forwarded-for` value (1 = rightmost).
+/// `None` when there are fewer entries or that entry does not parse.
+pub fn from_xff(xff: &[u8], hops: u32) -> Option<IpAddr> {
+    let hops = usize::try_from(hops).ok()?.checked_sub(1)?;
+    let entry = xff.rsplit(|b| *b == b',').nth(hops)?;
+    parse_addr(entry)
+}
+
+/// The client address of a request per `cfg`: the XFF entry when configured and present,
+/// else the downstream address. `None` if neither parses (keyed as "unknown client").
+pub fn client_ip(
+    cfg: &ClientIpConfig,
+    remote: Option<&[u8]>,
+    xff: Option<&[u8]>,
+) -> Option<IpAddr> {
+    if cfg.source == IpSource::Xff {
+        if let Some(ip) = xff.and_then(|x| from_xff(x, cfg.xff_trusted_hops)) {
+            return Some(ip);
+        }
+    }
+    remote.and_then(parse_addr)
+}
+
+/// The address masked to the configured prefix length: the bucket key of a client.
+pub fn masked(ip: IpAddr, cfg: &ClientIpConfig) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => {
+            let bits = u32::from(v4);
+            let len = u32::from(cfg.ipv4_prefix_len.min(32));
+            let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+            IpAddr::V4(Ipv4Addr::from(bits & mask))
+        }
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6);
+            let len = u32::from(cfg.ipv6_prefix_len.min(128));
+            let mask = u128::MAX.checked_shl(128 - len).unwrap_or(0);
+            IpAddr::V6(Ipv6Addr::from(bits & mask))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+    }
+
+    fn xff_cfg(hops: u32) -> ClientIpConfig {
+        ClientIpConfig {
+            source: IpSource::Xff,
+            xff_trusted_hops: hops,
+            ..ClientIpConfig::default()
+        }
+    }
+
+    #[test]
+    fn parses_envoy_source_address_forms() {
+        assert_eq!(parse_addr(b"127.0.0.2:53211"), Some(ip("127.0.0.2")));
+        assert_eq!(parse_addr(b"[::1]:443"), Some(ip("::1")));
+        assert_eq!(parse_addr(b"[2001:db8::7]"), Some(ip("2001:db8::7")));
+        assert_eq!(parse_addr(b"2001:db8::7"), Some(ip("2001:db8::7")));
+        assert_eq!(parse_addr(b" 10.0.0.1 "), Some(ip("10.0.0.1")));
+        assert_eq!(parse_addr(b"fe80::1%eth0"), Some(ip("fe80::1")));
+        assert_eq!(parse_addr(b"[fe80::1%25eth0]:80"), Some(ip("fe80::1")));
+        assert_eq!(parse_addr(b"::ffff:192.0.2.1"), Some(ip("192.0.2.1")));
+        assert_eq!(parse_addr(b"unknown"), None);
+        assert_eq!(parse_addr(b"_hidden"), None);
+        assert_eq!(parse_addr(b""), None);
+        assert_eq!(parse_addr(b"\xff\xfe"), None);
+        assert_eq!(parse_addr(b"1.2.3.4.5"), None);
+        assert_eq!(parse_addr(b"[::1"), Some(ip("::1")));
+        assert_eq!(parse_addr("9".repeat(100).as_bytes()), None);
+    }
+
+    #[test]
+    fn xff_takes_the_entry_n_hops_from_the_right() {
+        let xff = b"203.0.113.9, 198.51.100.7,192.0.2.33";
+        assert_eq!(from_xff(xff, 1), Some(ip("192.0.2.33")));
+        assert_eq!(from_xff(xff, 2), Some(ip("198.51.100.7")));
+        assert_eq!(from_xff(xff, 3), Some(ip("203.0.113.9")));
+        assert_eq!(from_xff(xff, 4), None);
+        assert_eq!(from_xff(xff, 0), None);
+        assert_eq!(from_xff(b"garbage, 1.2.3.4", 2), None);
+    }
+
+    #[test]
+    fn xff_falls_back_to_remote_address() {
+        let remote = Some(&b"127.0.0.9:4000"[..]);
+        let cfg = xff_cfg(2);
+        assert_eq!(
+            client_ip(&cfg, remote, Some(b"1.1.1.1")),
+            Some(ip("127.0.0.9"))
+        );
+        assert_eq!(client_ip(&cfg, remote, None), Some(ip("127.0.0.9")));
+        assert_eq!(
+            client_ip(&cfg, remote, Some(b"1.1.1.1, 2.2.2.2")),
+            Some(ip("1.1.1.1"))
+        );
+        // Default source ignores XFF entirely (a client could forge it).
+        let cfg = ClientIpConfig::default();
+        assert_eq!(
+            client_ip(&cfg, remote, Some(b"1.1.1.1")),
+            Some(ip("127.0.0.9"))
+        );
+        assert_eq!(client_ip(&cfg, None, None), None);
+    }
+
+    #[test]
+    fn xff_with_100_entries_of_garbage_never_panics() {
+        let mut xff = Vec::new();
+        for i in 0..100 {
+            xff.extend_from_slice(format!("{i}.x.\u{0}[]:%,").as_bytes());
+        }
+        xff.extend_from_slice(b"8.8.8.8");
+        assert_eq!(from_xff(&xff, 1), Some(ip("8.8.8.8")));
+        assert_eq!(from_xff(&xff, 7), None);
+        assert_eq!(from_xff(&xff, u32::MAX), None);
+    }
+
+    #[test]
+    fn prefixes_group_addresses() {
+        let d = ClientIpConfig::default();
+        assert_eq!(masked(ip("192.0.2.77"), &d), ip("192.0.2.77"));
+        assert_eq!(masked(ip("2001:db8:1:2:aaaa::1"), &d), ip("2001:db8:1:2::"));
+        assert_eq!(
+            masked(ip("2001:db8:1:2:aaaa::1"), &d),
+            masked(ip("2001:db8:1:2:ffff::9"), &d)
+        );
+        let c = ClientIpConfig {
+            ipv4_prefix_len: 24,
+            ipv6_prefix_len: 0,
+            ..d
+        };
+        assert_eq!(masked(ip("192.0.2.77"), &c), ip("192.0.2.0"));
+        assert_eq!(masked(ip("2001:db8::1"), &c), ip("::"));
+        let c0 = ClientIpConfig {
+            ipv4_prefix_len: 0,
+            ipv6_prefix_len: 128,
+            ..d
+        };
+        assert_eq!(masked(ip("192.0.2.77"), &c0), ip("0.0.0.0"));
+        assert_eq!(masked(ip("2001:db8::1"), &c0), ip("2001:db8::1"));
+    }
+}

@@ -1,0 +1,478 @@
+//! Per-request decision: exempt path? which route? which limits? take a token from each.
+//!
+//! Pure logic over injected time, store and randomness, so it is tested on the host. The
+//! proxy-wasm glue (`lib.rs`) only gathers the request fields and acts on the [`Outcome`].
+
+use crate::bucket::Take;
+use crate::classify::Class;
+use crate::client_ip;
+use crate::config::{Config, KeyKind, Mode};
+use crate::respond;
+use crate::store::{self, Charge, Fallback, LocalBuckets, SharedData, SlotTable};
+use std::hash::{BuildHasher, Hash, Hasher};
+
+/// Shared-data key prefix of bucket slots.
+pub const BUCKET_PREFIX: &str = "cg:b:";
+
+/// The request fields the decision needs (raw bytes as Envoy gives them).
+pub struct Request<'a> {
+    /// `:path`, query string included.
+    pub path: &'a [u8],
+    /// Envoy's downstream address (`source.address`), e.g. `127.0.0.2:40000`.
+    pub remote_address: Option<&'a [u8]>,
+    /// `x-forwarded-for` value, if any.
+    pub xff: Option<&'a [u8]>,
+    /// Lookup of other request headers (lowercase name), for `header:<name>` keys.
+    pub header: &'a dyn Fn(&str) -> Option<Vec<u8>>,
+}
+
+/// How a request over a limit is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reject {
+    /// Index of the limit in [`Config::limits`].
+    pub limit: usize,
+    /// Status to answer with (class `reject_status`).
+    pub status: u16,
+    /// Retry-After, seconds (jitter included).
+    pub retry_after_s: u32,
+}
+
+/// What happens to the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Passed every matching limit (or none matched).
+    Allowed,
+    /// Path is in `exempt_paths`: never limited, no token taken.
+    Exempt,
+    /// Over a limit, answer locally with a rejection.
+    Limited(Reject),
+    /// Over a limit in shadow mode: counted, sent upstream anyway.
+    ShadowLimited(Reject),
+}
+
+/// Store trouble met while deciding (each is counted; none fails the request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreEvents {
+    /// Host call errors.
+    pub errors: u32,
+    /// CAS retries exhausted.
+    pub cas_exhausted: u32,
+    /// Slot collisions with active buckets.
+    pub collisions: u32,
+    /// Slots that did not decode.
+    pub corrupt: u32,
+}
+
+impl StoreEvents {
+    /// True when any bucket was decided by the local fallback (the request "failed open"
+    /// onto the per-worker bucket).
+    pub fn fell_back(&self) -> bool {
+        self.errors + self.cas_exhausted + self.collisions + self.corrupt > 0
+    }
+}
+
+/// The decision for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Route index (see [`Config::route_name`]).
+    pub route: usize,
+    /// The decision.
+    pub decision: Decision,
+    /// Store trouble met.
+    pub store: StoreEvents,
+}
+
+/// Per-VM limiter state: the slot table, the local fallback buckets and the keyed hasher.
+#[derive(Debug)]
+pub struct Limiter {
+    table: SlotTable,
+    local: LocalBuckets,
+    hasher: ahash::RandomState,
+}
+
+impl Limiter {
+    /// Builds the limiter for `cfg.store`.
+    pub fn new(cfg: &Config) -> Limiter {
+        let s = cfg.store.hash_seed;
+        Limiter {
+            table: SlotTable::new(BUCKET_PREFIX, cfg.store.slots, cfg.store.cas_retries),
+            local: LocalBuckets::new(cfg.store.fallback_buckets as usize),
+            hasher: ahash::RandomState::with_seeds(
+                s,
+                s ^ 0x243f_6a88_85a3_08d3,
+                s ^ 0x1319_8a2e_0370_7344,
+                s ^ 0xa409_3822_299f_31d0,
+            ),
+        }
+    }
+
+    /// The slot table (for pre-creating slots at start).
+    pub fn table(&self) -> &SlotTable {
+        &self.table
+    }
+
+    fn fingerprint(&self, limit_name: &str, key: &KeyPart<'_>) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        limit_name.hash(&mut h);
+        key.hash(&mut h);
+        h.finish()
+    }
+}
+
+#[derive(Hash)]
+enum KeyPart<'a> {
+    Ip(std::net::IpAddr),
+    UnknownIp,
+    Global,
+    Header(Option<&'a [u8]>),
+}
+
+/// Strips the query string (and fragment) from `:path`.
+pub fn path_only(path: &[u8]) -> &[u8] {
+    let end = path
+        .iter()
+        .position(|b| *b == b'?' || *b == b'#')
+        .unwrap_or(path.len());
+    path.get(..end).unwrap_or(path)
+}
+
+/// Decides `req` of class `class` at `now_ns`: exempt, else charges every matching limit in
+/// order; if one is empty, refunds the ones already charged and rejects (or shadow-rejects).
+/// `random` feeds the Retry-After jitter; it is called only on a rejection (it may be a host
+/// call).
+pub fn decide(
+    cfg: &Config,
+    limiter: &mut Limiter,
+    store: &dyn SharedData,
+    req: &Request<'_>,
+    class: Class,
+    now_ns: u64,
+    random: &mut dyn FnMut() -> u32,
+) -> Outcome {
+    let path = path_only(req.path);
+    let route = cfg.route_of(path);
+    let mut events = StoreEvents::default();
+    if cfg.exempt_paths.iter().any(|p| p.as_bytes() == path) {
+        return Outcome {
+            route,
+            decision: Decision::Exempt,
+            store: events,
+        };
+    }
+    let mut ip: Option<Option<std::net::IpAddr>> = None;
+    let mut charged: Vec<(u64, usize, Charge)> = Vec::new();
+    let mut decision = Decision::Allowed;
+    for (i, limit) in cfg.limits.iter().enumerate() {
+        if limit.class.is_some_and(|c| c != class) || limit.route.is_some_and(|r| r != route) {
+            continue;
+        }
+        let header_value;
+        let key = match &limit.key {
+            KeyKind::Global => KeyPart::Global,
+            KeyKind::ClientIp => {
+                let ip = *ip.get_or_insert_with(|| {
+                    client_ip::client_ip(&cfg.client_ip, req.remote_address, req.xff)
+                        .map(|a| client_ip::masked(a, &cfg.client_ip))
+                });
+                ip.map_or(KeyPart::UnknownIp, KeyPart::Ip)
+            }
+            KeyKind::Header(name) => {
+                header_value = (req.header)(name);
+                KeyPart::Header(header_value.as_deref())
+            }
+        };
+        let fp = limiter.fingerprint(&limit.name, &key);
+        let c = store::charge(
+            &limiter.table,
+            store,
+            &mut limiter.local,
+            fp,
+            now_ns,
+            limit.rate,
+        );
+        match c.fallback {
+            None => {}
+            Some(Fallback::StoreError) => events.errors += 1,
+            Some(Fallback::CasExhausted) => events.cas_exhausted += 1,
+            Some(Fallback::Collision) => events.collisions += 1,
+            Some(Fallback::CorruptSlot) => events.corrupt += 1,
+        }
+        match c.take {
+            Take::Allowed { .. } => charged.push((fp, i, c)),
+            Take::Limited { wait_ns } => {
+                let policy = cfg.policy(class);
+                let reject = Reject {
+                    limit: i,
+                    status: policy.reject_status,
+                    retry_after_s: respond::retry_after_s(wait_ns, &policy.retry_after, random()),
+                };
+                decision = match cfg.mode {
+                    Mode::Enforce => Decision::Limited(reject),
+                    Mode::Shadow => Decision::ShadowLimited(reject),
+                };
+                break;
+            }
+        }
+    }
+    if decision != Decision::Allowed {
+        // A rejected request consumes nothing.
+        for (fp, i, c) in &charged {
+            if let Some(limit) = cfg.limits.get(*i) {
+                store::refund(
+                    &limiter.table,
+                    store,
+                    &mut limiter.local,
+                    *fp,
+                    c,
+                    limit.rate,
+                );
+            }
+        }
+    }
+    Outcome {
+        route,
+        decision,
+        store: events,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bucket::NS_PER_S;
+    use crate::config;
+    use crate::store::mem::{Fault, MemStore};
+
+    const T0: u64 = 1_700_000_000 * NS_PER_S;
+
+    fn no_headers(_: &str) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn req<'a>(path: &'a str, remote: &'a str) -> Request<'a> {
+        Request {
+            path: path.as_bytes(),
+            remote_address: Some(remote.as_bytes()),
+            xff: None,
+            header: &no_headers,
+        }
+    }
+
+    fn setup(json: &str) -> (Config, Limiter, MemStore) {
+        let cfg = config::parse(json.as_bytes()).expect("valid config");
+        let lim = Limiter::new(&cfg);
+        let store = MemStore::default();
+        assert!(lim.table().precreate(&store).is_ok());
+        (cfg, lim, store)
+    }
+
+    fn count_allowed(
+        cfg: &Config,
+        lim: &mut Limiter,
+        store: &MemStore,
+        r: &Request<'_>,
+        class: Class,
+        n: usize,
+    ) -> usize {
+        (0..n)
+            .filter(|_| {
+                decide(cfg, lim, store, r, class, T0, &mut || 0).decision == Decision::Allowed
+            })
+            .count()
+    }
+
+    const TWO_LIMITS: &str = r#"{"routes":[{"name":"api","path_prefix":"/api/"}],"limits":[
+        {"name":"per_ip","class":"*","route":"*","rate_per_s":0.001,"burst":5,"key":"client_ip"},
+        {"name":"api_global","class":"*","route":"api","rate_per_s":0.001,"burst":3,"key":"global"}]}"#;
+
+    #[test]
+    fn each_client_ip_has_its_own_bucket() {
+        let (cfg, mut lim, store) = setup(TWO_LIMITS);
+        let a = req("/", "127.0.0.2:1000");
+        let b = req("/", "127.0.0.3:1000");
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &a, Class::Human, 20),
+            5
+        );
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &b, Class::Human, 20),
+            5
+        );
+    }
+
+    #[test]
+    fn rejected_request_consumes_no_other_bucket() {
+        let (cfg, mut lim, store) = setup(TWO_LIMITS);
+        // 3 API requests drain api_global; per_ip has 2 of 5 left.
+        let a = req("/api/x", "127.0.0.2:1");
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &a, Class::Human, 3),
+            3
+        );
+        // 10 rejected API requests must not drain per_ip further.
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &a, Class::Human, 10),
+            0
+        );
+        let home = req("/", "127.0.0.2:1");
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &home, Class::Human, 10),
+            2
+        );
+    }
+
+    #[test]
+    fn limited_outcome_carries_limit_status_and_retry_after() {
+        let (cfg, mut lim, store) = setup(
+            r#"{"classes":{"script":{"retry_after":{"min_s":2,"max_s":100,"jitter_s":0},"reject_status":503}},
+                "limits":[{"name":"s","class":"script","route":"*","rate_per_s":0.1,"burst":1,"key":"client_ip"}]}"#,
+        );
+        let r = req("/x?q=1", "10.0.0.1:5");
+        assert_eq!(
+            decide(&cfg, &mut lim, &store, &r, Class::Script, T0, &mut || 0).decision,
+            Decision::Allowed
+        );
+        // 0.1/s: next token in exactly 10 s.
+        assert_eq!(
+            decide(&cfg, &mut lim, &store, &r, Class::Script, T0, &mut || 0).decision,
+            Decision::Limited(Reject {
+                limit: 0,
+                status: 503,
+                retry_after_s: 10
+            })
+        );
+        // Other classes do not match this limit.
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &r, Class::Human, 50),
+            50
+        );
+    }
+
+    #[test]
+    fn exempt_paths_take_no_token_and_ignore_query() {
+        let (cfg, mut lim, store) = setup(TWO_LIMITS);
+        let r = req("/", "1.2.3.4:1");
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &r, Class::Human, 10),
+            5
+        );
+        for p in [
+            "/robots.txt",
+            "/robots.txt?x=1",
+            "/sitemap.xml",
+            "/sitemap_index.xml",
+        ] {
+            let e = req(p, "1.2.3.4:1");
+            assert_eq!(
+                decide(&cfg, &mut lim, &store, &e, Class::Human, T0, &mut || 0).decision,
+                Decision::Exempt
+            );
+        }
+        let not = req("/robots.txt.bak", "1.2.3.4:1");
+        assert!(matches!(
+            decide(&cfg, &mut lim, &store, &not, Class::Human, T0, &mut || 0).decision,
+            Decision::Limited(_)
+        ));
+    }
+
+    #[test]
+    fn shadow_mode_never_rejects_but_reports() {
+        let (cfg, mut lim, store) = setup(
+            r#"{"mode":"shadow","limits":[{"name":"s","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"global"}]}"#,
+        );
+        let r = req("/", "1.2.3.4:1");
+        let v: Vec<_> = (0..4)
+            .map(|_| decide(&cfg, &mut lim, &store, &r, Class::Human, T0, &mut || 0).decision)
+            .collect();
+        assert_eq!(v[0], Decision::Allowed);
+        assert_eq!(v[1], Decision::Allowed);
+        assert!(matches!(
+            v[2],
+            Decision::ShadowLimited(Reject {
+                limit: 0,
+                status: 429,
+                ..
+            })
+        ));
+        assert!(matches!(v[3], Decision::ShadowLimited(_)));
+    }
+
+    #[test]
+    fn header_keyed_limits_split_by_value() {
+        let (cfg, mut lim, store) = setup(
+            r#"{"limits":[{"name":"k","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"header:x-api-key"}]}"#,
+        );
+        let key_a = |n: &str| (n == "x-api-key").then(|| b"a".to_vec());
+        let key_b = |n: &str| (n == "x-api-key").then(|| b"b".to_vec());
+        let mk = |h: &'static dyn Fn(&str) -> Option<Vec<u8>>| Request {
+            path: b"/",
+            remote_address: Some(b"1.1.1.1:1"),
+            xff: None,
+            header: h,
+        };
+        let ra = mk(Box::leak(Box::new(key_a)));
+        let rb = mk(Box::leak(Box::new(key_b)));
+        let rn = mk(&no_headers);
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &ra, Class::Human, 5),
+            2
+        );
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &rb, Class::Human, 5),
+            2
+        );
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &rn, Class::Human, 5),
+            2
+        );
+    }
+
+    #[test]
+    fn ipv6_clients_in_one_64_share_a_bucket() {
+        let (cfg, mut lim, store) = setup(TWO_LIMITS);
+        let a = req("/", "[2001:db8:1:2::a]:1");
+        let b = req("/", "[2001:db8:1:2::b]:1");
+        let c = req("/", "[2001:db8:1:3::a]:1");
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &a, Class::Human, 3),
+            3
+        );
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &b, Class::Human, 5),
+            2
+        );
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &c, Class::Human, 9),
+            5
+        );
+    }
+
+    #[test]
+    fn store_faults_fall_back_and_still_limit() {
+        for fault in [Fault::Error, Fault::CasMismatch, Fault::Truncate] {
+            let (cfg, mut lim, store) = setup(TWO_LIMITS);
+            store.fault.set(fault);
+            let r = req("/", "9.9.9.9:1");
+            let outs: Vec<_> = (0..8)
+                .map(|_| decide(&cfg, &mut lim, &store, &r, Class::Human, T0, &mut || 0))
+                .collect();
+            let allowed = outs
+                .iter()
+                .filter(|o| o.decision == Decision::Allowed)
+                .count();
+            assert_eq!(allowed, 5, "{fault:?}");
+            assert!(outs.iter().all(|o| o.store.fell_back()), "{fault:?}");
+            assert!(outs.iter().all(|o| matches!(
+                o.decision,
+                Decision::Allowed | Decision::Limited(Reject { status: 429, .. })
+            )));
+        }
+    }
+
+    #[test]
+    fn path_only_strips_query_and_fragment() {
+        assert_eq!(path_only(b"/a?b#c"), b"/a");
+        assert_eq!(path_only(b"/a#c?d"), b"/a");
+        assert_eq!(path_only(b""), b"");
+    }
+}

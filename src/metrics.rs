@@ -1,0 +1,141 @@
+//! Stats names and bookkeeping, host-independent.
+//!
+//! Counters, in the voice of Envoy's `local_ratelimit` (Envoy shows wasm metrics under the
+//! `wasmcustom.` prefix in `/stats`):
+//! - `crawlguard.class.<class>.<decision>`, decision in `allowed`, `limited`,
+//!   `shadow_limited`, `exempt`, `fail_open` (decided by the local fallback bucket);
+//! - `crawlguard.route.<route>.limited` (enforced and shadow);
+//! - `crawlguard.store.{error,cas_exhausted,collision,corrupt}`: shared-store trouble, each
+//!   of which fell back to the local bucket.
+
+use crate::classify::Class;
+use crate::config::Config;
+use crate::engine::{Decision, Outcome};
+
+/// Decisions counted per class, in id order.
+pub const DECISIONS: [&str; 5] = [
+    "allowed",
+    "limited",
+    "shadow_limited",
+    "exempt",
+    "fail_open",
+];
+
+/// Store event counter suffixes, in id order.
+pub const STORE_EVENTS: [&str; 4] = ["error", "cas_exhausted", "collision", "corrupt"];
+
+/// Every counter name the filter defines for `cfg`, in definition order.
+pub fn names(cfg: &Config) -> Vec<String> {
+    let mut v = Vec::new();
+    for c in Class::ALL {
+        for d in DECISIONS {
+            v.push(format!("crawlguard.class.{}.{d}", c.as_str()));
+        }
+    }
+    for i in 0..=cfg.routes.len() {
+        v.push(format!("crawlguard.route.{}.limited", cfg.route_name(i)));
+    }
+    for e in STORE_EVENTS {
+        v.push(format!("crawlguard.store.{e}"));
+    }
+    v
+}
+
+/// Metric ids as returned by the host, in [`names`] order (`None`: definition failed; that
+/// counter is then skipped, never an error).
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    ids: Vec<Option<u32>>,
+    routes: usize,
+}
+
+impl Metrics {
+    /// Defines every counter through `define` (name -> host metric id).
+    pub fn define(cfg: &Config, define: &mut dyn FnMut(&str) -> Option<u32>) -> Metrics {
+        Metrics {
+            ids: names(cfg).iter().map(|n| define(n)).collect(),
+            routes: cfg.routes.len() + 1,
+        }
+    }
+
+    fn id(&self, idx: usize) -> Option<u32> {
+        self.ids.get(idx).copied().flatten()
+    }
+
+    /// Calls `inc(id, 1)` for every counter `outcome` of class `class` touches.
+    pub fn record(&self, class: Class, outcome: &Outcome, inc: &mut dyn FnMut(u32)) {
+        let ci = Class::ALL.iter().position(|c| *c == class).unwrap_or(0);
+        let base = ci * DECISIONS.len();
+        let (decision, limited) = match outcome.decision {
+            Decision::Allowed => (0, false),
+            Decision::Limited(_) => (1, true),
+            Decision::ShadowLimited(_) => (2, true),
+            Decision::Exempt => (3, false),
+        };
+        let mut bump = |idx: usize| {
+            if let Some(id) = self.id(idx) {
+                inc(id);
+            }
+        };
+        bump(base + decision);
+        if outcome.store.fell_back() {
+            bump(base + 4);
+        }
+        let routes_base = Class::ALL.len() * DECISIONS.len();
+        if limited && outcome.route < self.routes {
+            bump(routes_base + outcome.route);
+        }
+        let store_base = routes_base + self.routes;
+        let ev = outcome.store;
+        for (i, n) in [ev.errors, ev.cas_exhausted, ev.collisions, ev.corrupt]
+            .into_iter()
+            .enumerate()
+        {
+            if n > 0 {
+                bump(store_base + i);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+    use crate::engine::{Reject, StoreEvents};
+
+    #[test]
+    fn names_and_ids_line_up() {
+        let cfg =
+            config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
+        let n = names(&cfg);
+        assert_eq!(n.len(), 8 * 5 + 2 + 4);
+        assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
+        assert_eq!(n[5 * 5 + 1], "crawlguard.class.human.limited");
+        assert_eq!(n[40], "crawlguard.route.api.limited");
+        assert_eq!(n[41], "crawlguard.route.default.limited");
+        assert_eq!(n[45], "crawlguard.store.corrupt");
+
+        let mut next = 100;
+        let m = Metrics::define(&cfg, &mut |_| {
+            next += 1;
+            Some(next)
+        });
+        let mut hits = Vec::new();
+        let out = Outcome {
+            route: 1,
+            decision: Decision::Limited(Reject {
+                limit: 0,
+                status: 429,
+                retry_after_s: 3,
+            }),
+            store: StoreEvents {
+                errors: 1,
+                ..StoreEvents::default()
+            },
+        };
+        m.record(Class::Human, &out, &mut |id| hits.push(id));
+        // human.limited (idx 26), human.fail_open (29), route default (41), store.error (42).
+        assert_eq!(hits, vec![101 + 26, 101 + 29, 101 + 41, 101 + 42]);
+    }
+}

@@ -1,0 +1,150 @@
+//! The rejection crawlguard sends: a cheap, honest, cacheless 429/503.
+//!
+//! Crawlers read `Retry-After` (RFC 9110 section 10.2.3) as delay-seconds; an HTTP-date, a 0 or
+//! an identical value for everyone (synchronised retry waves) all do harm, so the value is
+//! ceil(time until a token), clamped to the class range, plus uniform random jitter.
+
+use crate::config::RetryAfter;
+
+/// Retry-After in whole seconds for a bucket that refills its next token in `wait_ns`:
+/// `clamp(ceil(wait_ns / 1e9), min_s, max_s) + jitter`, where `jitter` is `random % (jitter_s
+/// + 1)` (uniform 0..=jitter_s). Never 0.
+pub fn retry_after_s(wait_ns: u64, policy: &RetryAfter, random: u32) -> u32 {
+    let secs = wait_ns.div_ceil(crate::bucket::NS_PER_S);
+    let secs = u32::try_from(secs).unwrap_or(u32::MAX);
+    let clamped = secs.clamp(policy.min_s.max(1), policy.max_s.max(policy.min_s.max(1)));
+    let jitter = random % policy.jitter_s.saturating_add(1).max(1);
+    clamped.saturating_add(jitter)
+}
+
+/// Body of a rejection, one short line (<= 64 bytes), by status.
+pub fn body(status: u16) -> &'static str {
+    match status {
+        503 => "503 Service Unavailable: try again after Retry-After\n",
+        _ => "429 Too Many Requests: try again after Retry-After\n",
+    }
+}
+
+/// A locally generated rejection, ready for `send_http_response`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// 429 or 503.
+    pub status: u16,
+    /// Response headers, lowercase names, in order.
+    pub headers: Vec<(&'static str, String)>,
+    /// Body bytes.
+    pub body: &'static str,
+}
+
+/// Builds the rejection: `retry-after`, `cache-control: no-store`, `content-type: text/plain;
+/// charset=utf-8`, and, when `ratelimit` is given as `(limit name, burst, window_s)`, the
+/// `ratelimit-policy` / `ratelimit` fields of draft-ietf-httpapi-ratelimit-headers (structured
+/// field syntax: `"name";q=<burst>;w=<window_s>` and `"name";r=0;t=<retry_after_s>`).
+/// No redirect, no robots directives, nothing a cache may store.
+pub fn rejection(
+    status: u16,
+    retry_after_s: u32,
+    ratelimit: Option<(&str, u32, u64)>,
+) -> Rejection {
+    let mut headers = vec![
+        ("retry-after", retry_after_s.to_string()),
+        ("cache-control", "no-store".to_string()),
+        ("content-type", "text/plain; charset=utf-8".to_string()),
+    ];
+    if let Some((name, burst, window_s)) = ratelimit {
+        headers.push((
+            "ratelimit-policy",
+            format!("\"{name}\";q={burst};w={window_s}"),
+        ));
+        headers.push(("ratelimit", format!("\"{name}\";r=0;t={retry_after_s}")));
+    }
+    Rejection {
+        status,
+        headers,
+        body: body(status),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: RetryAfter = RetryAfter {
+        min_s: 5,
+        max_s: 30,
+        jitter_s: 10,
+    };
+
+    #[test]
+    fn retry_after_is_ceil_of_wait_clamped_plus_jitter() {
+        let nojit = RetryAfter { jitter_s: 0, ..P };
+        assert_eq!(retry_after_s(7_000_000_001, &nojit, 12345), 8);
+        assert_eq!(retry_after_s(7_000_000_000, &nojit, 0), 7);
+        assert_eq!(retry_after_s(1, &nojit, 0), 5); // clamped up to min_s
+        assert_eq!(retry_after_s(3_600_000_000_000, &nojit, 0), 30); // down to max_s
+        assert_eq!(retry_after_s(u64::MAX, &nojit, u32::MAX), 30);
+        assert_eq!(retry_after_s(7_000_000_000, &P, 0), 7);
+        assert_eq!(retry_after_s(7_000_000_000, &P, 10), 17);
+        assert_eq!(retry_after_s(7_000_000_000, &P, 11), 7); // 11 % 11
+        assert_eq!(retry_after_s(7_000_000_000, &P, 25), 10);
+    }
+
+    #[test]
+    fn retry_after_is_never_zero() {
+        let p = RetryAfter {
+            min_s: 0,
+            max_s: 0,
+            jitter_s: 0,
+        };
+        assert_eq!(retry_after_s(0, &p, 0), 1);
+    }
+
+    #[test]
+    fn jitter_spreads_uniformly_over_0_to_jitter_s() {
+        let mut seen = [0u32; 11];
+        for r in 0..11_000u32 {
+            let v = retry_after_s(7_000_000_000, &P, r);
+            assert!((7..=17).contains(&v));
+            if let Some(c) = seen.get_mut((v - 7) as usize) {
+                *c += 1;
+            }
+        }
+        assert_eq!(seen, [1000; 11]);
+    }
+
+    #[test]
+    fn rejection_on_the_wire() {
+        let r = rejection(429, 12, None);
+        assert_eq!(r.status, 429);
+        assert_eq!(
+            r.headers,
+            vec![
+                ("retry-after", "12".to_string()),
+                ("cache-control", "no-store".to_string()),
+                ("content-type", "text/plain; charset=utf-8".to_string()),
+            ]
+        );
+        assert_eq!(
+            r.body,
+            "429 Too Many Requests: try again after Retry-After\n"
+        );
+        assert!(r.body.len() <= 64);
+        assert!(body(503).len() <= 64);
+        assert!(body(503).starts_with("503 "));
+    }
+
+    #[test]
+    fn ratelimit_headers_use_structured_field_syntax() {
+        let r = rejection(503, 4, Some(("human_per_ip", 100, 5)));
+        assert_eq!(r.body, body(503));
+        assert_eq!(
+            r.headers.get(3..),
+            Some(
+                &[
+                    ("ratelimit-policy", "\"human_per_ip\";q=100;w=5".to_string()),
+                    ("ratelimit", "\"human_per_ip\";r=0;t=4".to_string()),
+                ][..]
+            )
+        );
+    }
+}
