@@ -198,6 +198,58 @@ impl Default for StoreConfig {
     }
 }
 
+/// What a request whose claim could not be checked (verifier error) is classed as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// `unverified_bot`: strict limits, never crawler quota (default).
+    #[default]
+    UnverifiedBot,
+    /// The class the User-Agent claims (trust the claim while the verifier is down).
+    ClaimedClass,
+}
+
+/// `verifier` section: the callout to the crawlguard-verifier sidecar.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VerifierConfig {
+    /// Ask the verifier at all; `false` keeps every `verify: true` claim `unverified_bot`.
+    pub enabled: bool,
+    /// Envoy cluster name of the sidecar.
+    pub cluster: String,
+    /// `:authority` sent to the sidecar.
+    pub authority: String,
+    /// How long a request may wait for a verdict, ms (10..=10000). Past it the request
+    /// proceeds per `on_error`.
+    pub timeout_ms: u32,
+    /// Class on verifier errors (dispatch refused, timeout, non-200, malformed body).
+    pub on_error: OnError,
+    /// Shared-data slots of the verdict cache (1..=1048576).
+    pub cache_slots: u32,
+    /// Upper bound on a verdict's cache lifetime, s (the answer's `ttl_s` is clamped to it).
+    pub max_ttl_s: u32,
+    /// Upper bound on an `unknown` verdict's cache lifetime, s.
+    pub unknown_ttl_s: u32,
+    /// How long a verifier error is remembered before the next callout for that claim, s.
+    pub error_ttl_s: u32,
+}
+
+impl Default for VerifierConfig {
+    fn default() -> Self {
+        VerifierConfig {
+            enabled: true,
+            cluster: "crawlguard_verifier".into(),
+            authority: "crawlguard-verifier".into(),
+            timeout_ms: 500,
+            on_error: OnError::UnverifiedBot,
+            cache_slots: 8_192,
+            max_ttl_s: 86_400,
+            unknown_ttl_s: 30,
+            error_ttl_s: 10,
+        }
+    }
+}
+
 /// The validated, compiled configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -221,6 +273,8 @@ pub struct Config {
     pub ratelimit_headers: bool,
     /// Slot table settings.
     pub store: StoreConfig,
+    /// Verifier callout settings.
+    pub verifier: VerifierConfig,
 }
 
 impl Config {
@@ -273,6 +327,8 @@ struct RawConfig {
     ratelimit_headers: bool,
     #[serde(default)]
     store: StoreConfig,
+    #[serde(default)]
+    verifier: VerifierConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -661,6 +717,37 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         return Err(err("store.fallback_buckets", "must be 1..=1000000"));
     }
 
+    let v = &raw.verifier;
+    let printable =
+        |s: &str| !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic());
+    if !printable(&v.cluster) {
+        return Err(err(
+            "verifier.cluster",
+            "must be 1..=128 printable ASCII chars",
+        ));
+    }
+    if !printable(&v.authority) {
+        return Err(err(
+            "verifier.authority",
+            "must be 1..=128 printable ASCII chars",
+        ));
+    }
+    if !(10..=10_000).contains(&v.timeout_ms) {
+        return Err(err("verifier.timeout_ms", "must be 10..=10000"));
+    }
+    if !(1..=1_048_576).contains(&v.cache_slots) {
+        return Err(err("verifier.cache_slots", "must be 1..=1048576"));
+    }
+    if !(1..=604_800).contains(&v.max_ttl_s) {
+        return Err(err("verifier.max_ttl_s", "must be 1..=604800"));
+    }
+    if !(1..=3_600).contains(&v.unknown_ttl_s) {
+        return Err(err("verifier.unknown_ttl_s", "must be 1..=3600"));
+    }
+    if !(1..=3_600).contains(&v.error_ttl_s) {
+        return Err(err("verifier.error_ttl_s", "must be 1..=3600"));
+    }
+
     Ok(Config {
         mode: raw.mode,
         client_ip: ci,
@@ -672,6 +759,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         class_header,
         ratelimit_headers: raw.ratelimit_headers,
         store: st,
+        verifier: raw.verifier,
     })
 }
 
@@ -721,6 +809,7 @@ mod tests {
         assert_eq!(file.mode, fields.mode);
         assert_eq!(file.ratelimit_headers, fields.ratelimit_headers);
         assert_eq!(file.routes, fields.routes);
+        assert_eq!(file.verifier, fields.verifier);
         assert_eq!(
             file.classifier.entries().len(),
             fields.classifier.entries().len()
@@ -804,6 +893,16 @@ mod tests {
         assert_eq!(
             parse_err(r#"{"bots":[{"id":"x","ua_contains":["x"],"class":"spoofed"}]}"#),
             "bots[0].class: unverified_bot and spoofed are assigned by verification, not by the catalog"
+        );
+        assert_eq!(
+            parse_err(r#"{"verifier":{"timeout_ms":0}}"#),
+            "verifier.timeout_ms: must be 10..=10000"
+        );
+        assert_eq!(
+            parse_err(r#"{"verifier":{"on_error":"allow"}}"#)
+                .split(',')
+                .next(),
+            Some("verifier.on_error: unknown variant `allow`")
         );
         assert_eq!(
             parse_err(r#"{"routes":[{"name":"api","path_prefix":"api"}]}"#),

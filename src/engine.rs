@@ -111,6 +111,15 @@ impl Limiter {
         &self.table
     }
 
+    /// Fingerprint of a verification claim (full client IP, bot id) for the verdict cache.
+    pub fn claim_fingerprint(&self, ip: std::net::IpAddr, bot_id: &str) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        "claim".hash(&mut h);
+        ip.hash(&mut h);
+        bot_id.hash(&mut h);
+        h.finish()
+    }
+
     fn fingerprint(&self, limit_name: &str, key: &KeyPart<'_>) -> u64 {
         let mut h = self.hasher.build_hasher();
         limit_name.hash(&mut h);

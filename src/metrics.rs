@@ -24,6 +24,36 @@ pub const DECISIONS: [&str; 5] = [
 /// Store event counter suffixes, in id order.
 pub const STORE_EVENTS: [&str; 4] = ["error", "cas_exhausted", "collision", "corrupt"];
 
+/// Verification counters (`crawlguard.verify.<event>`), in id order.
+pub const VERIFY_EVENTS: [&str; 7] = [
+    "verified",
+    "spoofed",
+    "unknown",
+    "error",
+    "cache_hit",
+    "cache_miss",
+    "in_flight",
+];
+
+/// A verification event to count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerifyEvent {
+    /// The verifier answered `verified`.
+    Verified = 0,
+    /// The verifier answered `spoofed`.
+    Spoofed = 1,
+    /// The verifier answered `unknown`.
+    Unknown = 2,
+    /// Verifier error (dispatch refused, timeout, non-200, malformed body).
+    Error = 3,
+    /// A fresh cached verdict (or remembered error) was used.
+    CacheHit = 4,
+    /// No cached verdict.
+    CacheMiss = 5,
+    /// Another request's callout for the claim was in flight; proceeded unverified.
+    InFlight = 6,
+}
+
 /// Every counter name the filter defines for `cfg`, in definition order.
 pub fn names(cfg: &Config) -> Vec<String> {
     let mut v = Vec::new();
@@ -37,6 +67,9 @@ pub fn names(cfg: &Config) -> Vec<String> {
     }
     for e in STORE_EVENTS {
         v.push(format!("crawlguard.store.{e}"));
+    }
+    for e in VERIFY_EVENTS {
+        v.push(format!("crawlguard.verify.{e}"));
     }
     v
 }
@@ -62,7 +95,15 @@ impl Metrics {
         self.ids.get(idx).copied().flatten()
     }
 
-    /// Calls `inc(id, 1)` for every counter `outcome` of class `class` touches.
+    /// Calls `inc(id)` for verification event `e`.
+    pub fn record_verify(&self, e: VerifyEvent, inc: &mut dyn FnMut(u32)) {
+        let base = Class::ALL.len() * DECISIONS.len() + self.routes + STORE_EVENTS.len();
+        if let Some(id) = self.id(base + e as usize) {
+            inc(id);
+        }
+    }
+
+    /// Calls `inc(id)` for every counter `outcome` of class `class` touches.
     pub fn record(&self, class: Class, outcome: &Outcome, inc: &mut dyn FnMut(u32)) {
         let ci = Class::ALL.iter().position(|c| *c == class).unwrap_or(0);
         let base = ci * DECISIONS.len();
@@ -109,7 +150,9 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 8 * 5 + 2 + 4);
+        assert_eq!(n.len(), 8 * 5 + 2 + 4 + 7);
+        assert_eq!(n[46], "crawlguard.verify.verified");
+        assert_eq!(n[52], "crawlguard.verify.in_flight");
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
         assert_eq!(n[5 * 5 + 1], "crawlguard.class.human.limited");
         assert_eq!(n[40], "crawlguard.route.api.limited");
@@ -137,5 +180,9 @@ mod tests {
         m.record(Class::Human, &out, &mut |id| hits.push(id));
         // human.limited (idx 26), human.fail_open (29), route default (41), store.error (42).
         assert_eq!(hits, vec![101 + 26, 101 + 29, 101 + 41, 101 + 42]);
+        hits.clear();
+        m.record_verify(VerifyEvent::InFlight, &mut |id| hits.push(id));
+        m.record_verify(VerifyEvent::Verified, &mut |id| hits.push(id));
+        assert_eq!(hits, vec![101 + 52, 101 + 46]);
     }
 }
