@@ -250,6 +250,25 @@ impl Default for VerifierConfig {
     }
 }
 
+/// `rewrite` section: normalisation of rejections coming from upstream.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RewriteConfig {
+    /// Normalise upstream rejections at all (default true).
+    pub enabled: bool,
+    /// Upstream statuses normalised (400..=599; default 429 and 503; 502/504 optional).
+    pub statuses: Vec<u16>,
+}
+
+impl Default for RewriteConfig {
+    fn default() -> Self {
+        RewriteConfig {
+            enabled: true,
+            statuses: vec![429, 503],
+        }
+    }
+}
+
 /// The validated, compiled configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -275,6 +294,11 @@ pub struct Config {
     pub store: StoreConfig,
     /// Verifier callout settings.
     pub verifier: VerifierConfig,
+    /// Response-path normalisation.
+    pub rewrite: RewriteConfig,
+    /// Lowercase response header the origin sets on degraded pages; such a 200 becomes a 503
+    /// for crawler classes (soft-404 guard). `None` = off.
+    pub degraded: Option<String>,
 }
 
 impl Config {
@@ -329,6 +353,10 @@ struct RawConfig {
     store: StoreConfig,
     #[serde(default)]
     verifier: VerifierConfig,
+    #[serde(default)]
+    rewrite: RewriteConfig,
+    #[serde(default)]
+    degraded: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -748,6 +776,16 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         return Err(err("verifier.error_ttl_s", "must be 1..=3600"));
     }
 
+    for (i, s) in raw.rewrite.statuses.iter().enumerate() {
+        if !(400..=599).contains(s) {
+            return Err(err(format!("rewrite.statuses[{i}]"), "must be 400..=599"));
+        }
+    }
+    let degraded = match &raw.degraded {
+        None => None,
+        Some(h) => Some(header_name("degraded", h)?),
+    };
+
     Ok(Config {
         mode: raw.mode,
         client_ip: ci,
@@ -760,6 +798,8 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         ratelimit_headers: raw.ratelimit_headers,
         store: st,
         verifier: raw.verifier,
+        rewrite: raw.rewrite,
+        degraded,
     })
 }
 
@@ -810,6 +850,8 @@ mod tests {
         assert_eq!(file.ratelimit_headers, fields.ratelimit_headers);
         assert_eq!(file.routes, fields.routes);
         assert_eq!(file.verifier, fields.verifier);
+        assert_eq!(file.rewrite, fields.rewrite);
+        assert_eq!(file.degraded, fields.degraded);
         assert_eq!(
             file.classifier.entries().len(),
             fields.classifier.entries().len()
@@ -893,6 +935,10 @@ mod tests {
         assert_eq!(
             parse_err(r#"{"bots":[{"id":"x","ua_contains":["x"],"class":"spoofed"}]}"#),
             "bots[0].class: unverified_bot and spoofed are assigned by verification, not by the catalog"
+        );
+        assert_eq!(
+            parse_err(r#"{"rewrite":{"statuses":[429,200]}}"#),
+            "rewrite.statuses[1]: must be 400..=599"
         );
         assert_eq!(
             parse_err(r#"{"verifier":{"timeout_ms":0}}"#),

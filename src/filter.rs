@@ -8,6 +8,7 @@ use crate::engine::{self, Decision, Limiter, Request};
 use crate::host::{self, HostStore};
 use crate::metrics::{Metrics, VerifyEvent};
 use crate::respond;
+use crate::rewrite;
 use crate::verify::{self, BotVerdict, Cached, VerdictCache, VerifyError};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -69,6 +70,8 @@ pub(crate) struct Filter {
     /// Set when we answered locally; the response path must not rewrite our own reply.
     local_reply: bool,
     pending: Option<Pending>,
+    /// The class the request was forwarded with (for the response path).
+    class: Option<Class>,
 }
 
 impl Filter {
@@ -77,6 +80,7 @@ impl Filter {
             shared,
             local_reply: false,
             pending: None,
+            class: None,
         }
     }
 }
@@ -179,13 +183,15 @@ impl HttpContext for Filter {
         self.limit(&sh, class)
     }
 
-    fn on_http_response_headers(&mut self, _n: usize, _eos: bool) -> Action {
+    fn on_http_response_headers(&mut self, _n: usize, eos: bool) -> Action {
         if self.local_reply {
-            // Our own rejection: already normalised, never rewritten a second time.
+            // Our own reply: already normalised, never rewritten a second time.
             return Action::Continue;
         }
-        // Seam: normalisation of upstream 429/503 responses.
-        Action::Continue
+        let Some(sh) = self.shared.clone() else {
+            return Action::Continue;
+        };
+        self.normalise_response(&sh, eos)
     }
 }
 
@@ -356,8 +362,82 @@ impl Filter {
         }
     }
 
+    /// Replaces an upstream rejection (or a degraded page for a crawler) with crawlguard's
+    /// own, decided from headers alone; Envoy then drops the upstream body unread.
+    fn normalise_response(&mut self, sh: &Shared, eos: bool) -> Action {
+        let cfg = &sh.cfg;
+        let resp = |name: &str| {
+            hostcalls::get_map_value_bytes(MapType::HttpResponseHeaders, name)
+                .ok()
+                .flatten()
+        };
+        let status = resp(":status");
+        let degraded = cfg.degraded.as_deref().is_some_and(|h| resp(h).is_some());
+        // Cheap exit for the common case before reading anything else.
+        let code = status.as_deref().unwrap_or_default();
+        let num = std::str::from_utf8(code)
+            .ok()
+            .and_then(|c| c.parse::<u16>().ok());
+        let candidate = cfg.rewrite.enabled
+            && num.is_some_and(|n| cfg.rewrite.statuses.contains(&n) || (degraded && n == 200));
+        if !candidate {
+            return Action::Continue;
+        }
+        // A rejection by a filter before ours never reached our request path: classify now.
+        let class = self.class.unwrap_or_else(|| {
+            cfg.classifier
+                .classify(header("user-agent").as_deref())
+                .class
+        });
+        let retry_after: Vec<Vec<u8>> = hostcalls::get_map_bytes(MapType::HttpResponseHeaders)
+            .map(|m| {
+                m.into_iter()
+                    .filter(|(k, _)| k.eq_ignore_ascii_case("retry-after"))
+                    .map(|(_, v)| v)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let cache_control = resp("cache-control");
+        let has_body = !eos && resp("content-length").is_none_or(|l| l.trim_ascii() != b"0");
+        let up = rewrite::Upstream {
+            status: status.as_deref(),
+            retry_after: &retry_after,
+            cache_control: cache_control.as_deref(),
+            degraded,
+            has_body,
+        };
+        let now_s = host::now_ns().unwrap_or(0) / 1_000_000_000;
+        let Some(plan) = rewrite::plan(cfg, class, &up, now_s, &mut host::random_u32) else {
+            return Action::Continue;
+        };
+        sh.metrics.record_rewrite(&plan, &mut host::increment);
+        log::debug!(
+            "normalised upstream {} -> {} class={} retry_after_s={} {:?}",
+            String::from_utf8_lossy(code),
+            plan.status,
+            class.as_str(),
+            plan.retry_after_s,
+            plan.fixes
+        );
+        let rej = respond::rejection(plan.status, plan.retry_after_s, None);
+        let headers: Vec<(&str, &str)> =
+            rej.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        match hostcalls::send_http_response(
+            u32::from(rej.status),
+            headers,
+            Some(rej.body.as_bytes()),
+        ) {
+            Ok(()) => {
+                self.local_reply = true;
+                Action::Pause
+            }
+            Err(_) => Action::Continue,
+        }
+    }
+
     /// Lets the request go upstream, annotated with its class.
-    fn forward(&self, cfg: &Config, class: Class) -> Action {
+    fn forward(&mut self, cfg: &Config, class: Class) -> Action {
+        self.class = Some(class);
         let _ = hostcalls::set_map_value_bytes(
             MapType::HttpRequestHeaders,
             &cfg.class_header,

@@ -13,6 +13,7 @@ pub mod config;
 pub mod engine;
 pub mod metrics;
 pub mod respond;
+pub mod rewrite;
 pub mod store;
 pub mod verify;
 

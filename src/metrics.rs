@@ -71,6 +71,31 @@ pub fn names(cfg: &Config) -> Vec<String> {
     for e in VERIFY_EVENTS {
         v.push(format!("crawlguard.verify.{e}"));
     }
+    for f in REWRITE_FIXES {
+        v.push(format!("crawlguard.rewrite.{f}"));
+    }
+    for code in rewrite_statuses(cfg) {
+        v.push(format!("crawlguard.rewrite.status_{code}"));
+    }
+    v
+}
+
+/// Response-path fix counters (`crawlguard.rewrite.<fix>`), in id order.
+pub const REWRITE_FIXES: [&str; 5] = [
+    "retry_after_added",
+    "retry_after_converted",
+    "body_replaced",
+    "cache_control_replaced",
+    "degraded",
+];
+
+/// Statuses counted as `crawlguard.rewrite.status_<code>`: the configured ones, and 503
+/// (degraded pages become 503).
+fn rewrite_statuses(cfg: &Config) -> Vec<u16> {
+    let mut v = cfg.rewrite.statuses.clone();
+    v.push(503);
+    v.sort_unstable();
+    v.dedup();
     v
 }
 
@@ -80,6 +105,7 @@ pub fn names(cfg: &Config) -> Vec<String> {
 pub struct Metrics {
     ids: Vec<Option<u32>>,
     routes: usize,
+    statuses: Vec<u16>,
 }
 
 impl Metrics {
@@ -88,11 +114,40 @@ impl Metrics {
         Metrics {
             ids: names(cfg).iter().map(|n| define(n)).collect(),
             routes: cfg.routes.len() + 1,
+            statuses: rewrite_statuses(cfg),
         }
     }
 
     fn id(&self, idx: usize) -> Option<u32> {
         self.ids.get(idx).copied().flatten()
+    }
+
+    /// Calls `inc(id)` for a normalised upstream response: its status and each fix.
+    pub fn record_rewrite(&self, plan: &crate::rewrite::Plan, inc: &mut dyn FnMut(u32)) {
+        let base = Class::ALL.len() * DECISIONS.len()
+            + self.routes
+            + STORE_EVENTS.len()
+            + VERIFY_EVENTS.len();
+        let f = plan.fixes;
+        let flags = [
+            f.retry_after_added,
+            f.retry_after_converted,
+            f.body_replaced,
+            f.cache_control_replaced,
+            plan.degraded,
+        ];
+        let status_idx = self.statuses.iter().position(|s| *s == plan.status);
+        let hits = flags
+            .iter()
+            .enumerate()
+            .filter(|(_, on)| **on)
+            .map(|(i, _)| base + i)
+            .chain(status_idx.map(|i| base + REWRITE_FIXES.len() + i));
+        for idx in hits {
+            if let Some(id) = self.id(idx) {
+                inc(id);
+            }
+        }
     }
 
     /// Calls `inc(id)` for verification event `e`.
@@ -150,7 +205,10 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 8 * 5 + 2 + 4 + 7);
+        assert_eq!(n.len(), 8 * 5 + 2 + 4 + 7 + 5 + 2);
+        assert_eq!(n[53], "crawlguard.rewrite.retry_after_added");
+        assert_eq!(n[58], "crawlguard.rewrite.status_429");
+        assert_eq!(n[59], "crawlguard.rewrite.status_503");
         assert_eq!(n[46], "crawlguard.verify.verified");
         assert_eq!(n[52], "crawlguard.verify.in_flight");
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
@@ -184,5 +242,18 @@ mod tests {
         m.record_verify(VerifyEvent::InFlight, &mut |id| hits.push(id));
         m.record_verify(VerifyEvent::Verified, &mut |id| hits.push(id));
         assert_eq!(hits, vec![101 + 52, 101 + 46]);
+        hits.clear();
+        let plan = crate::rewrite::Plan {
+            status: 503,
+            retry_after_s: 5,
+            fixes: crate::rewrite::Fixes {
+                retry_after_converted: true,
+                cache_control_replaced: true,
+                ..Default::default()
+            },
+            degraded: false,
+        };
+        m.record_rewrite(&plan, &mut |id| hits.push(id));
+        assert_eq!(hits, vec![101 + 54, 101 + 56, 101 + 59]);
     }
 }
