@@ -3,8 +3,7 @@
 use crawlguard::classify::builtin_catalog;
 
 fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .unwrap_or_default()
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap_or_default()
 }
 
 #[test]
@@ -22,7 +21,10 @@ fn readme_lists_every_builtin_bot_with_its_class_and_verify_flag() {
             missing.push(row);
         }
     }
-    assert!(missing.is_empty(), "README catalog rows missing or stale: {missing:#?}");
+    assert!(
+        missing.is_empty(),
+        "README catalog rows missing or stale: {missing:#?}"
+    );
 }
 
 #[test]
