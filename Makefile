@@ -7,7 +7,7 @@ WASM := target/wasm32-wasip1/release/crawlguard.wasm
 # The real-Envoy tests each start an Envoy; two at a time suits a 2-core machine.
 TEST_THREADS ?= 2
 
-.PHONY: all setup setup-rust build run test test-host test-integration lint clean distclean
+.PHONY: all setup setup-rust build run test test-host test-integration lint clean distclean bench
 
 all: build
 
@@ -35,6 +35,12 @@ test-host:
 
 test-integration:
 	$(CARGO) test -p crawlguard-integration -- --test-threads=$(TEST_THREADS)
+
+## bench: throughput/latency vs Envoy's local_ratelimit and a wasm floor, exactness, memory
+## (a benchmark, not a test): writes bench/results.md
+bench: setup build
+	@command -v wrk >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+	python3 bench/bench.py $(BENCH_ARGS)
 
 ## lint: formatting and clippy (host, all targets; and the filter for wasm32-wasip1)
 lint: setup-rust

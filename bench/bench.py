@@ -1,0 +1,536 @@
+#!/usr/bin/env python3
+"""`make bench`: crawlguard against Envoy's native limiter, measured together.
+
+A benchmark, not a test: it prints and writes `bench/results.md` (table, machine, date and the
+exact commands). Everything runs on loopback. Configurations (same Envoy 1.40 binary, same
+listener, same upstream):
+
+  1 none          Envoy with no rate-limit filter (the physical limit)
+  2 local_rl      envoy.filters.http.local_ratelimit, a per-client bucket that never rejects
+  3 wasm_floor    a trivial Rust proxy-wasm filter that only reads the User-Agent (bench/ua-only)
+  4 cg_allow      crawlguard, allow path (browser UA, two matching limits)
+  5 cg_reject     crawlguard, reject path (bucket empty: 429 local reply)
+  6 cg_verified   crawlguard, verified-crawler path with a warm verdict cache
+
+Each (concurrency, configuration) is measured in several rounds, configurations alternated
+within a round, so the ratios come from figures taken together. Load: wrk on loopback.
+
+Also: exactness (N clients on one bucket, allowed vs burst + rate x t), memory (Envoy RSS
+before/after many requests from distinct client addresses), and the verifier (latency on
+cache hits; the filter's added latency on a verdict miss).
+
+Usage: bench/bench.py [--rounds N] [--duration S] [--quick]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENVOY = os.environ.get("CRAWLGUARD_ENVOY", os.path.join(ROOT, ".venv/bin/envoy"))
+CG_WASM = os.path.join(ROOT, "target/wasm32-wasip1/release/crawlguard.wasm")
+FLOOR_WASM = os.path.join(ROOT, "target/bench/wasm32-wasip1/release/ua_only.wasm")
+UA_CHROME = ("Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 "
+             "(KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36")
+UA_GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+COMMANDS = []
+
+
+def sh(cmd, **kw):
+    COMMANDS.append(" ".join(cmd) if isinstance(cmd, list) else cmd)
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, timeout=2.0):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+class Envoy:
+    """One Envoy process with a generated config; waits for /ready, stops on exit."""
+
+    def __init__(self, yaml_text, concurrency, tmp, name):
+        self.admin = free_port()
+        self.path = os.path.join(tmp, f"{name}.yaml")
+        with open(self.path, "w") as f:
+            f.write(yaml_text.replace("ADMIN_PORT", str(self.admin)))
+        self.log = open(os.path.join(tmp, f"{name}.log"), "w")
+        cmd = [ENVOY, "-c", self.path, "--concurrency", str(concurrency),
+               "--use-dynamic-base-id", "-l", "warn"]
+        COMMANDS.append(" ".join(cmd))
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"envoy {name} exited; see {self.log.name}")
+            try:
+                if http_get(f"http://127.0.0.1:{self.admin}/ready").strip() == "LIVE":
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"envoy {name} not ready")
+
+    def stats(self):
+        out = {}
+        for line in http_get(f"http://127.0.0.1:{self.admin}/stats").splitlines():
+            k, _, v = line.partition(": ")
+            if v.isdigit():
+                out[k] = int(v)
+        return out
+
+    def rss_kib(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def upstream_yaml(origin_port, verifier_port):
+    """Origin (200, small body) and a fake verifier answering `verified` for 127.0.0.1."""
+    answer = json.dumps({"ip": "127.0.0.1", "bot": "googlebot", "verdict": "verified",
+                         "method": "fcrdns", "host": "crawl-127-0-0-1.googlebot.com",
+                         "ttl_s": 86400})
+    return f"""
+admin: {{address: {{socket_address: {{address: 127.0.0.1, port_value: ADMIN_PORT}}}}}}
+static_resources:
+  listeners:
+  - name: origin
+    address: {{socket_address: {{address: 127.0.0.1, port_value: {origin_port}}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: origin
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{prefix: "/"}}
+                direct_response: {{status: 200, body: {{inline_string: "hello from the bench origin\\n"}}}}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
+  - name: verifier
+    address: {{socket_address: {{address: 127.0.0.1, port_value: {verifier_port}}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: verifier
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match:
+                  path: "/v1/verify"
+                  query_parameters:
+                  - {{name: ip, string_match: {{exact: "127.0.0.1"}}}}
+                  - {{name: bot, string_match: {{exact: "googlebot"}}}}
+                direct_response: {{status: 200, body: {{inline_string: {json.dumps(answer)}}}}}
+              - match: {{prefix: "/"}}
+                direct_response: {{status: 404}}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
+"""
+
+
+def wasm_filter(path, config_json):
+    return f"""
+          - name: envoy.filters.http.wasm
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+              config:
+                name: bench
+                root_id: crawlguard
+                failure_policy: FAIL_OPEN
+                configuration:
+                  "@type": type.googleapis.com/google.protobuf.StringValue
+                  value: {json.dumps(config_json)}
+                vm_config:
+                  vm_id: bench
+                  runtime: envoy.wasm.runtime.v8
+                  code: {{local: {{filename: {path}}}}}"""
+
+
+LOCAL_RL = """
+          - name: envoy.filters.http.local_ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit
+              stat_prefix: bench_local_rl
+              token_bucket: {max_tokens: 1000000000, tokens_per_fill: 1000000000, fill_interval: 1s}
+              filter_enabled:
+                runtime_key: bench_rl_enabled
+                default_value: {numerator: 100, denominator: HUNDRED}
+              filter_enforced:
+                runtime_key: bench_rl_enforced
+                default_value: {numerator: 100, denominator: HUNDRED}
+              descriptors:
+              - entries: [{key: remote_address}]
+                token_bucket: {max_tokens: 1000000000, tokens_per_fill: 1000000000, fill_interval: 1s}"""
+
+# Route-level descriptor so local_ratelimit keeps one bucket per client address.
+LOCAL_RL_ROUTE_ACTIONS = """
+                  rate_limits:
+                  - actions:
+                    - remote_address: {}"""
+
+
+def front_yaml(port, origin_port, verifier_port, filters, route_extra="", xff=False):
+    return f"""
+admin: {{address: {{socket_address: {{address: 127.0.0.1, port_value: ADMIN_PORT}}}}}}
+static_resources:
+  listeners:
+  - name: main
+    address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: main
+          use_remote_address: true
+          skip_xff_append: true
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{prefix: "/"}}
+                route:
+                  cluster: origin{route_extra}
+          http_filters:{filters}
+          - name: envoy.filters.http.router
+            typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
+  clusters:
+  - name: origin
+    type: STATIC
+    load_assignment:
+      cluster_name: origin
+      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {origin_port}}}}}}}}}]}}]
+  - name: crawlguard_verifier
+    type: STATIC
+    load_assignment:
+      cluster_name: crawlguard_verifier
+      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {verifier_port}}}}}}}}}]}}]
+"""
+
+
+def limit(name, cls, rate, burst, key="client_ip"):
+    return {"name": name, "class": cls, "route": "*", "rate_per_s": rate, "burst": burst,
+            "key": key}
+
+
+BIG = 1_000_000
+CONFIGS = {
+    # name: (filters, route_extra, user agent, crawlguard config or None)
+    "none": ("", "", UA_CHROME),
+    "local_rl": (LOCAL_RL, LOCAL_RL_ROUTE_ACTIONS, UA_CHROME),
+    "wasm_floor": (wasm_filter(FLOOR_WASM, ""), "", UA_CHROME),
+    "cg_allow": (wasm_filter(CG_WASM, json.dumps({"limits": [
+        limit("human_per_ip", "human", BIG, BIG), limit("all_global", "*", BIG, BIG, "global")]})),
+        "", UA_CHROME),
+    "cg_reject": (wasm_filter(CG_WASM, json.dumps({"limits": [
+        limit("human_per_ip", "human", 0.000001, 1)]})), "", UA_CHROME),
+    "cg_verified": (wasm_filter(CG_WASM, json.dumps({"limits": [
+        limit("crawler_per_ip", "search_crawler", BIG, BIG),
+        limit("all_global", "*", BIG, BIG, "global")]})), "", UA_GOOGLEBOT),
+}
+
+
+def wrk(url, ua, duration, connections, threads=2, script=None):
+    cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency",
+           "-H", f"User-Agent: {ua}"]
+    if script:
+        cmd += ["-s", script]
+    cmd.append(url)
+    COMMANDS.append(" ".join(repr(c) if " " in c else c for c in cmd))
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+
+    def pct(p):
+        m = re.search(rf"^\s+{p}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+        if not m:
+            return float("nan")
+        v, unit = float(m.group(1)), m.group(2)
+        return v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
+
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    total = re.search(r"(\d+) requests in", out)
+    return {"rps": rps, "p50_ms": pct(50), "p99_ms": pct(99),
+            "non2xx": int(non2xx.group(1)) if non2xx else 0,
+            "requests": int(total.group(1)) if total else 0}
+
+
+def throughput(tmp, rounds, duration, concurrencies):
+    origin_port, verifier_port = free_port(), free_port()
+    upstream = Envoy(upstream_yaml(origin_port, verifier_port), 1, tmp, "upstream")
+    results = {}
+    try:
+        for conc in concurrencies:
+            for r in range(rounds):
+                order = list(CONFIGS) if r % 2 == 0 else list(reversed(CONFIGS))
+                for name in order:
+                    filters, route_extra, ua = CONFIGS[name]
+                    port = free_port()
+                    env = Envoy(front_yaml(port, origin_port, verifier_port, filters, route_extra),
+                                conc, tmp, f"{name}-c{conc}")
+                    try:
+                        url = f"http://127.0.0.1:{port}/"
+                        wrk(url, ua, 1, 8)  # warm-up: JIT, connections, verdict cache
+                        res = wrk(url, ua, duration, 16 * conc)
+                        res["stats"] = {k: v for k, v in env.stats().items()
+                                        if "crawlguard" in k or "bench_local_rl" in k}
+                        results.setdefault((conc, name), []).append(res)
+                        print(f"  c={conc} round {r + 1} {name:12s} {res['rps']:9.0f} req/s "
+                              f"p50 {res['p50_ms']:.3f} ms p99 {res['p99_ms']:.3f} ms "
+                              f"non-2xx {res['non2xx']}", flush=True)
+                    finally:
+                        env.stop()
+    finally:
+        upstream.stop()
+    return results
+
+
+def exactness(tmp, concurrencies, seconds=10, rate=20.0, burst=50, clients=32):
+    """N clients hammer one global bucket; allowed must be burst + rate x t (+-1)."""
+    origin_port, verifier_port = free_port(), free_port()
+    upstream = Envoy(upstream_yaml(origin_port, verifier_port), 1, tmp, "upstream-exact")
+    rows = []
+    try:
+        for conc in concurrencies:
+            port = free_port()
+            cfg = json.dumps({"limits": [limit("one_bucket", "*", rate, burst, "global")]})
+            env = Envoy(front_yaml(port, origin_port, verifier_port, wasm_filter(CG_WASM, cfg)),
+                        conc, tmp, f"exact-c{conc}")
+            try:
+                t0 = time.time()
+                res = wrk(f"http://127.0.0.1:{port}/", UA_CHROME, seconds, clients)
+                elapsed = time.time() - t0
+                st = env.stats()
+                allowed = st.get("wasmcustom.crawlguard.class.human.allowed", 0)
+                limited = st.get("wasmcustom.crawlguard.class.human.limited", 0)
+                fail_open = st.get("wasmcustom.crawlguard.class.human.fail_open", 0)
+                # wrk's own window is `seconds`; our wall clock around it bounds it from above.
+                theory_lo = burst + int(rate * seconds)
+                theory_hi = burst + int(rate * elapsed)
+                rows.append({"concurrency": conc, "clients": clients, "seconds": seconds,
+                             "allowed": allowed, "limited": limited, "fail_open": fail_open,
+                             "theory": f"{theory_lo}..{theory_hi}",
+                             "ok": theory_lo - 1 <= allowed <= theory_hi + 1,
+                             "requests": res["requests"]})
+                print(f"  exactness c={conc}: allowed {allowed} theory {theory_lo}..{theory_hi} "
+                      f"limited {limited} fail_open {fail_open}", flush=True)
+            finally:
+                env.stop()
+    finally:
+        upstream.stop()
+    return rows
+
+
+XFF_LUA = """
+-- Every request from a new client address 127.x.y.z, via x-forwarded-for.
+local n = 0
+local base = 0
+function setup(thread)
+  thread:set("base", base)
+  base = base + 8000000
+end
+function request()
+  n = n + 1
+  local v = base + n
+  local ip = string.format("127.%d.%d.%d", (v // 65536) % 256, (v // 256) % 256, v % 256)
+  return wrk.format("GET", "/", {["X-Forwarded-For"] = ip})
+end
+"""
+
+
+def memory(tmp, requests=1_000_000):
+    """Envoy RSS before/after `requests` requests from distinct client addresses."""
+    origin_port, verifier_port = free_port(), free_port()
+    upstream = Envoy(upstream_yaml(origin_port, verifier_port), 1, tmp, "upstream-mem")
+    script = os.path.join(tmp, "xff.lua")
+    with open(script, "w") as f:
+        f.write(XFF_LUA)
+    slots = 16384
+    try:
+        port = free_port()
+        cfg = json.dumps({"client_ip": {"source": "xff", "xff_trusted_hops": 1},
+                          "store": {"slots": slots},
+                          "limits": [limit("per_ip", "*", 1.0, 5)]})
+        env = Envoy(front_yaml(port, origin_port, verifier_port, wasm_filter(CG_WASM, cfg)),
+                    2, tmp, "mem")
+        try:
+            url = f"http://127.0.0.1:{port}/"
+            wrk(url, UA_CHROME, 2, 16, script=script)
+            before = env.rss_kib()
+            sent = 0
+            t0 = time.time()
+            while sent < requests:
+                res = wrk(url, UA_CHROME, 10, 32, script=script)
+                sent += res["requests"]
+            after = env.rss_kib()
+            st = env.stats()
+            row = {"requests": sent, "seconds": round(time.time() - t0, 1),
+                   "rss_before_kib": before, "rss_after_kib": after,
+                   "growth_kib": after - before, "slots": slots,
+                   # Envoy keeps key + value + map node per slot; 25-byte values, ~10-byte
+                   # keys: a generous 256 bytes a slot for buckets (precreated at start).
+                   "bound_kib": slots * 256 // 1024,
+                   "collisions": st.get("wasmcustom.crawlguard.store.collision", 0)}
+            print(f"  memory: {row}", flush=True)
+            return row
+        finally:
+            env.stop()
+    finally:
+        upstream.stop()
+
+
+def machine():
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+    except OSError:
+        pass
+    env_ver = subprocess.run([ENVOY, "--version"], capture_output=True, text=True).stdout.strip()
+    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
+            "envoy": env_ver.split("version:")[-1].strip(),
+            "wrk": shutil.which("wrk"),
+            "crawlguard.wasm bytes": os.path.getsize(CG_WASM),
+            "ua_only.wasm bytes": os.path.getsize(FLOOR_WASM)}
+
+
+def write_results(path, results, exact_rows, mem_row, args):
+    med = {k: {m: statistics.median(r[m] for r in v) for m in ("rps", "p50_ms", "p99_ms")}
+           for k, v in results.items()}
+    lines = ["# crawlguard benchmark results", "",
+             f"Date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+             "", "Machine:", ""]
+    for k, v in machine().items():
+        lines.append(f"- {k}: {v}")
+    lines += ["", f"Method: {args.rounds} rounds of {args.duration} s per configuration, "
+              "configurations alternated (order reversed every other round), medians shown; "
+              "wrk 2 threads, 16 connections per Envoy worker, browser UA (Googlebot for 6); "
+              "upstream: a separate Envoy (concurrency 1) with a direct_response origin and a "
+              "fake verifier.", ""]
+    concs = sorted({c for c, _ in med})
+    lines += ["| # | configuration | " + " | ".join(
+        f"c={c} req/s | c={c} p50 ms | c={c} p99 ms" for c in concs) + " |",
+        "|---|---|" + "---|---|---|" * len(concs)]
+    for i, name in enumerate(CONFIGS, 1):
+        cells = []
+        for c in concs:
+            m = med.get((c, name))
+            cells += [f"{m['rps']:.0f}", f"{m['p50_ms']:.3f}", f"{m['p99_ms']:.3f}"] if m else ["-"] * 3
+        lines.append(f"| {i} | {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Ratios of median req/s (targets: 4/2 >= 0.85, 4/3 >= 0.90):", "",
+              "| ratio | " + " | ".join(f"c={c}" for c in concs) + " |",
+              "|---|" + "---|" * len(concs)]
+    for a, b, label in [("cg_allow", "local_rl", "4/2 allow vs native local_ratelimit"),
+                        ("cg_allow", "wasm_floor", "4/3 allow vs wasm floor"),
+                        ("cg_reject", "local_rl", "5/2 reject vs native local_ratelimit"),
+                        ("cg_verified", "cg_allow", "6/4 verified crawler vs allow")]:
+        cells = []
+        for c in concs:
+            x, y = med.get((c, a)), med.get((c, b))
+            cells.append(f"{x['rps'] / y['rps']:.2f}" if x and y and y["rps"] else "-")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    # Sanity of what was measured: rejects really rejected, verified really verified.
+    lines += ["", "Checks on what was measured (last round's counters):", ""]
+    for (c, name), runs in sorted(results.items()):
+        st = runs[-1]["stats"]
+        interesting = {k.replace("wasmcustom.", ""): v for k, v in st.items()
+                       if v and ("allowed" in k or "limited" in k or "verify.verified" in k
+                                 or "cache_hit" in k or "rate_limited" in k)}
+        if interesting:
+            lines.append(f"- c={c} {name}: non-2xx {runs[-1]['non2xx']}, {interesting}")
+    if exact_rows:
+        lines += ["", "Exactness: one global bucket (rate 20/s, burst 50), 32 clients, 10 s; "
+                  "allowed must be within +-1 of burst + rate x t:", "",
+                  "| Envoy concurrency | allowed | theory | limited | fail_open | within +-1 |",
+                  "|---|---|---|---|---|---|"]
+        for r in exact_rows:
+            lines.append(f"| {r['concurrency']} | {r['allowed']} | {r['theory']} | "
+                         f"{r['limited']} | {r['fail_open']} | {'yes' if r['ok'] else 'NO'} |")
+    if mem_row:
+        lines += ["", f"Memory: {mem_row['requests']} requests, each from a new client address "
+                  "(127.x.y.z in x-forwarded-for, client_ip.source = xff), per-IP limit, "
+                  f"store.slots = {mem_row['slots']}, Envoy concurrency 2:", "",
+                  "| RSS before | RSS after | growth | bound from slots | slot collisions |",
+                  "|---|---|---|---|---|",
+                  f"| {mem_row['rss_before_kib']} KiB | {mem_row['rss_after_kib']} KiB | "
+                  f"{mem_row['growth_kib']} KiB | {mem_row['bound_kib']} KiB | "
+                  f"{mem_row['collisions']} |"]
+    def template(c):
+        c = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", c)
+        return re.sub(r"/tmp/cg-bench-[^/]+/", "$TMP/", c)
+    lines += ["", "Commands (as run; PORT = a free port, $TMP/*.yaml = the generated configs, "
+              "see bench/bench.py):", "", "```"] + sorted({template(c) for c in COMMANDS}) + [
+              "```", ""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=8)
+    ap.add_argument("--quick", action="store_true", help="1 round of 3 s, no memory run")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench/results.md"))
+    args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.duration = 1, 3
+    for tool in ("wrk",):
+        if not shutil.which(tool):
+            sys.exit(f"{tool} not found: run `make bench` (it installs it)")
+    sh(["cargo", "build", "-q", "--release", "--target", "wasm32-wasip1", "-p", "crawlguard"],
+       cwd=ROOT)
+    sh(["cargo", "build", "-q", "--release", "--target", "wasm32-wasip1", "--manifest-path",
+        "bench/ua-only/Cargo.toml", "--target-dir", "target/bench"], cwd=ROOT)
+    with tempfile.TemporaryDirectory(prefix="cg-bench-") as tmp:
+        print("throughput:", flush=True)
+        results = throughput(tmp, args.rounds, args.duration, [1, 2])
+        print("exactness:", flush=True)
+        exact_rows = exactness(tmp, [2, 4])
+        mem_row = None if args.quick else memory(tmp)
+        write_results(args.out, results, exact_rows, mem_row, args)
+
+
+if __name__ == "__main__":
+    main()
