@@ -45,6 +45,8 @@ if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import venv, ensurepip' >
     need_pkgs+=(python3-venv)
 fi
 command -v cc >/dev/null 2>&1 || need_pkgs+=(build-essential)
+# dnsmasq (binary only, no system service) serves the test DNS records for the verifier tests.
+command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need_pkgs+=(dnsmasq-base)
 if ((${#need_pkgs[@]})); then
     if ! command -v apt-get >/dev/null 2>&1; then
         log "missing ${need_pkgs[*]} and no apt-get; install them by hand"; exit 1

@@ -1,0 +1,98 @@
+//! The HTTP API: `GET /v1/verify`, `GET /healthz`, `GET /metrics`.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+
+use crate::config::is_valid_bot_id;
+use crate::resolver::Resolve;
+use crate::verify::Verifier;
+
+/// Query parameters of `/v1/verify`. Both optional here so a missing one gets our own JSON
+/// error instead of the framework's plain-text rejection.
+#[derive(Debug, Deserialize)]
+pub struct VerifyParams {
+    ip: Option<String>,
+    bot: Option<String>,
+}
+
+fn bad_request(message: impl Into<String>) -> Response {
+    let body = serde_json::json!({ "error": message.into() });
+    (StatusCode::BAD_REQUEST, Json(body)).into_response()
+}
+
+async fn verify<R: Resolve>(
+    State(verifier): State<Arc<Verifier<R>>>,
+    params: Result<Query<VerifyParams>, QueryRejection>,
+) -> Response {
+    let Query(params) = match params {
+        Ok(p) => p,
+        Err(e) => return bad_request(format!("invalid query string: {}", e.body_text())),
+    };
+    let Some(ip_text) = params.ip.filter(|s| !s.is_empty()) else {
+        return bad_request("missing query parameter: ip");
+    };
+    let Some(bot_text) = params.bot.filter(|s| !s.is_empty()) else {
+        return bad_request("missing query parameter: bot");
+    };
+    let Ok(ip) = ip_text.parse::<IpAddr>() else {
+        return bad_request(format!(
+            "invalid ip: {:?} is not an IPv4 or IPv6 address",
+            truncate(&ip_text)
+        ));
+    };
+    // Bot ids are case-insensitive on the wire; the catalog is lower case.
+    let bot = bot_text.to_ascii_lowercase();
+    if !is_valid_bot_id(&bot) {
+        return bad_request(format!(
+            "invalid bot: {:?} is not 1-64 characters of [a-z0-9._-]",
+            truncate(&bot_text)
+        ));
+    }
+    Json(verifier.verify(ip, &bot).await).into_response()
+}
+
+/// Keeps error messages short whatever the client sent.
+fn truncate(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn metrics<R: Resolve>(State(verifier): State<Arc<Verifier<R>>>) -> Response {
+    let m = verifier.metrics();
+    m.cache_entries
+        .set(i64::try_from(verifier.cached_entries()).unwrap_or(i64::MAX));
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        m.encode(),
+    )
+        .into_response()
+}
+
+async fn not_found() -> Response {
+    let body = serde_json::json!({ "error": "not found" });
+    (StatusCode::NOT_FOUND, Json(body)).into_response()
+}
+
+/// The service's routes.
+pub fn router<R: Resolve>(verifier: Arc<Verifier<R>>) -> Router {
+    Router::new()
+        .route("/v1/verify", get(verify::<R>))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics::<R>))
+        .fallback(not_found)
+        .with_state(verifier)
+}

@@ -1,0 +1,210 @@
+//! Prometheus metrics (OpenMetrics text via `prometheus-client`), all prefixed
+//! `crawlguard_verifier_`.
+//!
+//! Label values are bounded: `bot` is a catalog id or `unlisted` (query strings are
+//! attacker-controlled and must not mint new series), `method`/`verdict`/`kind`/`type`/`result`
+//! are fixed sets, `file` is a configured path.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// Labels of `verdicts_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    /// Catalog bot id, or `unlisted`.
+    pub bot: String,
+    /// `fcrdns`, `ip_range` or `none`.
+    pub method: String,
+    /// `verified`, `spoofed` or `unknown`.
+    pub verdict: String,
+}
+
+/// Labels of the DNS series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DnsLabels {
+    /// Query type: `ptr`, `a` or `aaaa`.
+    pub r#type: String,
+}
+
+/// Labels of `dns_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DnsErrorLabels {
+    /// Query type: `ptr`, `a` or `aaaa`.
+    pub r#type: String,
+    /// Error class (`timeout`, `servfail`, `nxdomain`, ...).
+    pub kind: String,
+}
+
+/// Labels of `range_reloads_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// The range file's path.
+    pub file: String,
+    /// `ok` or `error`.
+    pub result: String,
+}
+
+/// Labels of `range_prefixes`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FileLabels {
+    /// The range file's path.
+    pub file: String,
+}
+
+/// Every metric the verifier exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Answers given, by bot, method and verdict (cache hits included).
+    pub verdicts: Family<VerdictLabels, Counter>,
+    /// Verdicts served from the cache (including requests that joined an in-flight
+    /// resolution of the same key).
+    pub cache_hits: Counter,
+    /// Verdicts that had to be resolved.
+    pub cache_misses: Counter,
+    /// Verdicts currently cached (updated at scrape time).
+    pub cache_entries: Gauge,
+    /// DNS queries sent, by type.
+    pub dns_queries: Family<DnsLabels, Counter>,
+    /// DNS query failures, by type and kind.
+    pub dns_errors: Family<DnsErrorLabels, Counter>,
+    /// Resolutions in progress.
+    pub in_flight: Gauge,
+    /// Resolutions that gave up waiting for a lookup slot (`--max-concurrent-lookups`).
+    pub lookups_rejected: Counter,
+    /// Time to resolve one verdict (cache misses), in seconds.
+    pub verify_duration: Histogram,
+    /// Range-file loads, by file and result.
+    pub range_reloads: Family<ReloadLabels, Counter>,
+    /// Prefixes in use per range file.
+    pub range_prefixes: Family<FileLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("crawlguard_verifier");
+        let verdicts = Family::<VerdictLabels, Counter>::default();
+        let cache_hits = Counter::default();
+        let cache_misses = Counter::default();
+        let cache_entries = Gauge::default();
+        let dns_queries = Family::<DnsLabels, Counter>::default();
+        let dns_errors = Family::<DnsErrorLabels, Counter>::default();
+        let in_flight = Gauge::default();
+        let lookups_rejected = Counter::default();
+        // 0.5 ms .. ~16 s: cached-DNS answers up to several timed-out attempts.
+        let verify_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        let range_reloads = Family::<ReloadLabels, Counter>::default();
+        let range_prefixes = Family::<FileLabels, Gauge>::default();
+
+        registry.register(
+            "verdicts",
+            "Verdicts answered, by bot, method and verdict",
+            verdicts.clone(),
+        );
+        registry.register(
+            "cache_hits",
+            "Verdicts served from the cache",
+            cache_hits.clone(),
+        );
+        registry.register(
+            "cache_misses",
+            "Verdicts that needed a resolution",
+            cache_misses.clone(),
+        );
+        registry.register(
+            "cache_entries",
+            "Verdicts currently cached",
+            cache_entries.clone(),
+        );
+        registry.register(
+            "dns_queries",
+            "DNS queries sent, by record type",
+            dns_queries.clone(),
+        );
+        registry.register(
+            "dns_errors",
+            "DNS query failures, by record type and kind",
+            dns_errors.clone(),
+        );
+        registry.register(
+            "in_flight",
+            "Verdict resolutions in progress",
+            in_flight.clone(),
+        );
+        registry.register(
+            "lookups_rejected",
+            "Resolutions that found no free lookup slot in time (answered unknown)",
+            lookups_rejected.clone(),
+        );
+        registry.register(
+            "verify_duration_seconds",
+            "Time to resolve one verdict on a cache miss",
+            verify_duration.clone(),
+        );
+        registry.register(
+            "range_reloads",
+            "Range-file loads, by file and result",
+            range_reloads.clone(),
+        );
+        registry.register(
+            "range_prefixes",
+            "Prefixes in use, by range file",
+            range_prefixes.clone(),
+        );
+
+        Metrics {
+            registry,
+            verdicts,
+            cache_hits,
+            cache_misses,
+            cache_entries,
+            dns_queries,
+            dns_errors,
+            in_flight,
+            lookups_rejected,
+            verify_duration,
+            range_reloads,
+            range_prefixes,
+        }
+    }
+
+    /// Counts one DNS query of `rtype`.
+    pub fn dns_query(&self, rtype: &str) {
+        self.dns_queries
+            .get_or_create(&DnsLabels {
+                r#type: rtype.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one DNS failure.
+    pub fn dns_error(&self, rtype: &str, kind: &str) {
+        self.dns_errors
+            .get_or_create(&DnsErrorLabels {
+                r#type: rtype.to_string(),
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail; an error here would be a library bug, and an
+        // empty scrape is better than a panic.
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

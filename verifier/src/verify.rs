@@ -1,0 +1,900 @@
+//! Verdicts: the decision procedure (ranges, then FCrDNS) and the cached, de-duplicated
+//! service around it.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use moka::future::Cache;
+use moka::Expiry;
+use serde::Serialize;
+use tokio::sync::Semaphore;
+
+use crate::config::{BotMethods, TtlConfig};
+use crate::domain::{matches_any, normalize_name};
+use crate::metrics::{Metrics, VerdictLabels};
+use crate::ranges::RangeStore;
+use crate::resolver::Resolve;
+
+/// The answer to "is this IP really this bot?".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// The claim was checked and holds.
+    Verified,
+    /// The claim was checked and fails.
+    Spoofed,
+    /// Could not decide now (DNS failure, no method, no data).
+    Unknown,
+}
+
+/// Which method produced the verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// Forward-confirmed reverse DNS.
+    Fcrdns,
+    /// Published IP ranges.
+    IpRange,
+    /// No method applied (unlisted bot, or a bot without usable method).
+    None,
+}
+
+impl Verdict {
+    /// Wire / label spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Verified => "verified",
+            Verdict::Spoofed => "spoofed",
+            Verdict::Unknown => "unknown",
+        }
+    }
+}
+
+impl Method {
+    /// Wire / label spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Fcrdns => "fcrdns",
+            Method::IpRange => "ip_range",
+            Method::None => "none",
+        }
+    }
+}
+
+/// A decision before TTLs are applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The method that decided (or failed to).
+    pub method: Method,
+    /// The PTR name that passed FCrDNS (normalised), else empty.
+    pub host: String,
+}
+
+impl Outcome {
+    fn new(verdict: Verdict, method: Method) -> Self {
+        Outcome {
+            verdict,
+            method,
+            host: String::new(),
+        }
+    }
+}
+
+/// The JSON body of `GET /v1/verify` (see the verifier contract in DESIGN.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Answer {
+    /// The address checked, canonical form (IPv4-mapped IPv6 shown as IPv4).
+    pub ip: String,
+    /// The bot id checked.
+    pub bot: String,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The method that decided.
+    pub method: Method,
+    /// The PTR name that passed, or "".
+    pub host: String,
+    /// How long the caller may cache this answer, in seconds (remaining lifetime of the
+    /// cached verdict).
+    pub ttl_s: u64,
+}
+
+/// FCrDNS for one address against one bot's domains.
+///
+/// Every PTR name is considered; only names within the bot's domains are forward-checked
+/// (at most `max_names` of them, so a hostile reverse zone cannot make us send hundreds of
+/// queries). A name passes when its A (IPv4) or AAAA (IPv6) answer contains `ip`.
+/// Definite negative answers (NXDOMAIN, no data) lead to `spoofed`; anything transient
+/// (timeout, SERVFAIL, unreachable server) leads to `unknown` unless another name passed.
+pub async fn fcrdns<R: Resolve>(
+    resolver: &R,
+    metrics: &Metrics,
+    ip: IpAddr,
+    domains: &[String],
+    max_names: usize,
+) -> Outcome {
+    let ptr_type = "ptr";
+    metrics.dns_query(ptr_type);
+    let names = match resolver.reverse(ip).await {
+        Ok(names) => names,
+        Err(e) => {
+            metrics.dns_error(ptr_type, e.kind.as_str());
+            tracing::debug!(%ip, error = %e, "PTR lookup failed");
+            let verdict = if e.kind.is_definite() {
+                Verdict::Spoofed
+            } else {
+                Verdict::Unknown
+            };
+            return Outcome::new(verdict, Method::Fcrdns);
+        }
+    };
+    let mut seen = HashSet::new();
+    let candidates: Vec<String> = names
+        .iter()
+        .map(|n| normalize_name(n))
+        .filter(|n| matches_any(n, domains) && seen.insert(n.clone()))
+        .take(max_names)
+        .collect();
+    if candidates.is_empty() {
+        tracing::debug!(%ip, ?names, "no PTR name in the bot's domains");
+        return Outcome::new(Verdict::Spoofed, Method::Fcrdns);
+    }
+    let fwd_type = if ip.is_ipv4() { "a" } else { "aaaa" };
+    let mut undecided = false;
+    for name in candidates {
+        metrics.dns_query(fwd_type);
+        match resolver.forward(&name, ip).await {
+            Ok(addrs) if addrs.iter().any(|a| a.to_canonical() == ip) => {
+                return Outcome {
+                    verdict: Verdict::Verified,
+                    method: Method::Fcrdns,
+                    host: name,
+                };
+            }
+            Ok(addrs) => tracing::debug!(%ip, %name, ?addrs, "forward lookup does not confirm"),
+            Err(e) => {
+                metrics.dns_error(fwd_type, e.kind.as_str());
+                tracing::debug!(%ip, %name, error = %e, "forward lookup failed");
+                undecided |= !e.kind.is_definite();
+            }
+        }
+    }
+    let verdict = if undecided {
+        Verdict::Unknown
+    } else {
+        Verdict::Spoofed
+    };
+    Outcome::new(verdict, Method::Fcrdns)
+}
+
+/// Settings of a [`Verifier`].
+#[derive(Debug, Clone)]
+pub struct VerifierSettings {
+    /// Verdict lifetimes.
+    pub ttl: TtlConfig,
+    /// Cache capacity in entries.
+    pub cache_max_entries: u64,
+    /// Concurrent resolutions allowed to use DNS.
+    pub max_concurrent_lookups: usize,
+    /// How long a resolution may wait for a lookup slot before answering `unknown`.
+    pub lookup_slot_wait: Duration,
+    /// PTR names forward-checked per address.
+    pub max_ptr_names: usize,
+}
+
+type Key = (IpAddr, String);
+
+#[derive(Debug)]
+struct Cached {
+    outcome: Outcome,
+    ttl: Duration,
+    expires_at: Instant,
+}
+
+struct PerEntryTtl;
+
+impl Expiry<Key, Arc<Cached>> for PerEntryTtl {
+    fn expire_after_create(&self, _: &Key, value: &Arc<Cached>, _: Instant) -> Option<Duration> {
+        Some(value.ttl)
+    }
+}
+
+/// Decrements the in-flight gauge even when the resolving future is dropped (the HTTP
+/// client went away): moka then hands the resolution to another waiter.
+struct InFlight<'a>(&'a Metrics);
+
+impl<'a> InFlight<'a> {
+    fn enter(metrics: &'a Metrics) -> Self {
+        metrics.in_flight.inc();
+        InFlight(metrics)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.dec();
+    }
+}
+
+/// The verification service: catalog + ranges + resolver + bounded verdict cache.
+pub struct Verifier<R: Resolve> {
+    resolver: Arc<R>,
+    ranges: Arc<RangeStore>,
+    catalog: BTreeMap<String, BotMethods>,
+    cache: Cache<Key, Arc<Cached>>,
+    lookups: Semaphore,
+    settings: VerifierSettings,
+    metrics: Arc<Metrics>,
+}
+
+impl<R: Resolve> Verifier<R> {
+    /// Builds a verifier. `ranges` must watch every range file named in `catalog`.
+    pub fn new(
+        resolver: Arc<R>,
+        ranges: Arc<RangeStore>,
+        catalog: BTreeMap<String, BotMethods>,
+        settings: VerifierSettings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let cache = Cache::builder()
+            .max_capacity(settings.cache_max_entries)
+            .expire_after(PerEntryTtl)
+            .build();
+        Verifier {
+            resolver,
+            ranges,
+            catalog,
+            cache,
+            lookups: Semaphore::new(settings.max_concurrent_lookups),
+            settings,
+            metrics,
+        }
+    }
+
+    /// The metrics this verifier reports to.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Drops every cached verdict (range files changed, so verdicts may have too).
+    pub fn invalidate_cache(&self) {
+        self.cache.invalidate_all();
+    }
+
+    /// Number of cached verdicts (approximate, as moka reports it).
+    pub fn cached_entries(&self) -> u64 {
+        self.cache.entry_count()
+    }
+
+    fn ttl_of(&self, verdict: Verdict) -> Duration {
+        let t = &self.settings.ttl;
+        Duration::from_secs(match verdict {
+            Verdict::Verified => t.verified_s,
+            Verdict::Spoofed => t.spoofed_s,
+            Verdict::Unknown => t.unknown_s,
+        })
+    }
+
+    /// Answers one query. `bot` must already be validated/lower-cased by the caller.
+    pub async fn verify(&self, ip: IpAddr, bot: &str) -> Answer {
+        // `::ffff:a.b.c.d` is the IPv4 client as some proxies report it; verify and cache
+        // it as the IPv4 address so both spellings share one verdict.
+        let ip = ip.to_canonical();
+        let Some(methods) = self.catalog.get(bot) else {
+            // Not in the catalog: nothing to check, nothing worth caching.
+            let outcome = Outcome::new(Verdict::Unknown, Method::None);
+            self.count("unlisted", &outcome);
+            return self.answer(ip, bot, outcome, self.settings.ttl.unknown_s);
+        };
+        let key = (ip, bot.to_string());
+        let entry = self
+            .cache
+            .entry(key)
+            .or_insert_with(async {
+                let started = Instant::now();
+                let _guard = InFlight::enter(&self.metrics);
+                let outcome = self.decide(ip, methods).await;
+                self.metrics
+                    .verify_duration
+                    .observe(started.elapsed().as_secs_f64());
+                let ttl = self.ttl_of(outcome.verdict);
+                // Debug, not info: one line per cache miss would flood logs under load;
+                // the verdicts_total series carries the counts.
+                tracing::debug!(
+                    %ip, bot, verdict = outcome.verdict.as_str(), method = outcome.method.as_str(),
+                    host = %outcome.host, "resolved"
+                );
+                Arc::new(Cached {
+                    outcome,
+                    ttl,
+                    expires_at: Instant::now() + ttl,
+                })
+            })
+            .await;
+        if entry.is_fresh() {
+            self.metrics.cache_misses.inc();
+        } else {
+            self.metrics.cache_hits.inc();
+        }
+        let cached = entry.into_value();
+        let remaining = cached.expires_at.saturating_duration_since(Instant::now());
+        // Round up and never answer 0: a 0 TTL would make the filter ask again at once.
+        let ttl_s = remaining.as_secs() + u64::from(remaining.subsec_nanos() > 0);
+        self.count(bot, &cached.outcome);
+        self.answer(ip, bot, cached.outcome.clone(), ttl_s.max(1))
+    }
+
+    fn count(&self, bot_label: &str, outcome: &Outcome) {
+        self.metrics
+            .verdicts
+            .get_or_create(&VerdictLabels {
+                bot: bot_label.to_string(),
+                method: outcome.method.as_str().to_string(),
+                verdict: outcome.verdict.as_str().to_string(),
+            })
+            .inc();
+    }
+
+    fn answer(&self, ip: IpAddr, bot: &str, outcome: Outcome, ttl_s: u64) -> Answer {
+        Answer {
+            ip: ip.to_string(),
+            bot: bot.to_string(),
+            verdict: outcome.verdict,
+            method: outcome.method,
+            host: outcome.host,
+            ttl_s,
+        }
+    }
+
+    /// Ranges first (no I/O), then FCrDNS if the bot has domains.
+    async fn decide(&self, ip: IpAddr, methods: &BotMethods) -> Outcome {
+        let has_ranges = !methods.ranges.is_empty();
+        if has_ranges && self.ranges.contains_any(&methods.ranges, ip) {
+            return Outcome::new(Verdict::Verified, Method::IpRange);
+        }
+        if !methods.domains.is_empty() {
+            let permit =
+                tokio::time::timeout(self.settings.lookup_slot_wait, self.lookups.acquire()).await;
+            let Ok(Ok(_permit)) = permit else {
+                // Overloaded: better a quick `unknown` (cached briefly) than a queue that
+                // outlives the filter's callout timeout.
+                self.metrics.lookups_rejected.inc();
+                return Outcome::new(Verdict::Unknown, Method::Fcrdns);
+            };
+            return fcrdns(
+                self.resolver.as_ref(),
+                &self.metrics,
+                ip,
+                &methods.domains,
+                self.settings.max_ptr_names,
+            )
+            .await;
+        }
+        if has_ranges && self.ranges.any_loaded(&methods.ranges) {
+            return Outcome::new(Verdict::Spoofed, Method::IpRange);
+        }
+        // Range-only bot whose files never loaded, or a bot without any method.
+        Outcome::new(Verdict::Unknown, Method::None)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::resolver::{DnsErrorKind, DnsFailure};
+    use std::collections::HashMap;
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A scripted resolver: fixed answers per IP (PTR) and per name (forward), call counts.
+    #[derive(Default)]
+    pub struct FakeResolver {
+        pub ptr: HashMap<IpAddr, Result<Vec<String>, DnsFailure>>,
+        pub fwd: HashMap<String, Result<Vec<IpAddr>, DnsFailure>>,
+        pub delay: Duration,
+        pub reverse_calls: AtomicUsize,
+        pub forward_calls: AtomicUsize,
+    }
+
+    fn fail(kind: DnsErrorKind) -> DnsFailure {
+        DnsFailure::new(kind, "scripted")
+    }
+
+    impl FakeResolver {
+        fn ptr(mut self, ip: &str, r: Result<&[&str], DnsErrorKind>) -> Self {
+            self.ptr.insert(
+                ip.parse().unwrap(),
+                r.map(|n| n.iter().map(|s| s.to_string()).collect())
+                    .map_err(fail),
+            );
+            self
+        }
+        fn fwd(mut self, name: &str, r: Result<&[&str], DnsErrorKind>) -> Self {
+            self.fwd.insert(
+                name.to_string(),
+                r.map(|a| a.iter().map(|s| s.parse().unwrap()).collect())
+                    .map_err(fail),
+            );
+            self
+        }
+    }
+
+    impl Resolve for FakeResolver {
+        async fn reverse(&self, ip: IpAddr) -> Result<Vec<String>, DnsFailure> {
+            self.reverse_calls.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+            self.ptr
+                .get(&ip)
+                .cloned()
+                .unwrap_or_else(|| Err(fail(DnsErrorKind::Nxdomain)))
+        }
+        async fn forward(&self, name: &str, _: IpAddr) -> Result<Vec<IpAddr>, DnsFailure> {
+            self.forward_calls.fetch_add(1, Ordering::SeqCst);
+            self.fwd
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| Err(fail(DnsErrorKind::Nxdomain)))
+        }
+    }
+
+    fn settings() -> VerifierSettings {
+        VerifierSettings {
+            ttl: TtlConfig {
+                verified_s: 86_400,
+                spoofed_s: 3_600,
+                unknown_s: 30,
+            },
+            cache_max_entries: 1000,
+            max_concurrent_lookups: 8,
+            lookup_slot_wait: Duration::from_millis(200),
+            max_ptr_names: 8,
+        }
+    }
+
+    fn google() -> BotMethods {
+        BotMethods {
+            domains: vec!["googlebot.com".into(), "google.com".into()],
+            ranges: vec![],
+        }
+    }
+
+    fn verifier(
+        resolver: FakeResolver,
+        catalog: Vec<(&str, BotMethods)>,
+    ) -> Verifier<FakeResolver> {
+        verifier_with(
+            resolver,
+            catalog,
+            Arc::new(RangeStore::default()),
+            settings(),
+        )
+    }
+
+    fn verifier_with(
+        resolver: FakeResolver,
+        catalog: Vec<(&str, BotMethods)>,
+        ranges: Arc<RangeStore>,
+        settings: VerifierSettings,
+    ) -> Verifier<FakeResolver> {
+        Verifier::new(
+            Arc::new(resolver),
+            ranges,
+            catalog
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            settings,
+            Arc::new(Metrics::new()),
+        )
+    }
+
+    fn expect(a: &Answer, verdict: Verdict, method: Method, host: &str, ttl_s: u64) {
+        assert_eq!(
+            (a.verdict, a.method, a.host.as_str(), a.ttl_s),
+            (verdict, method, host, ttl_s),
+            "{a:?}"
+        );
+    }
+
+    const IP: &str = "66.249.66.1";
+
+    #[tokio::test]
+    async fn verified_when_ptr_in_domain_and_forward_confirms() {
+        let r = FakeResolver::default()
+            .ptr(IP, Ok(&["Crawl-66-249-66-1.GoogleBot.com."]))
+            .fwd("crawl-66-249-66-1.googlebot.com", Ok(&["66.249.66.1"]));
+        let v = verifier(r, vec![("googlebot", google())]);
+        let a = v.verify(IP.parse().unwrap(), "googlebot").await;
+        expect(
+            &a,
+            Verdict::Verified,
+            Method::Fcrdns,
+            "crawl-66-249-66-1.googlebot.com",
+            86_400,
+        );
+        assert_eq!((a.ip.as_str(), a.bot.as_str()), (IP, "googlebot"));
+    }
+
+    #[tokio::test]
+    async fn spoofed_when_no_ptr_name_in_domains() {
+        let r = FakeResolver::default().ptr(
+            IP,
+            Ok(&["host.evilgooglebot.com", "googlebot.com.evil.net"]),
+        );
+        let v = verifier(r, vec![("googlebot", google())]);
+        let a = v.verify(IP.parse().unwrap(), "googlebot").await;
+        expect(&a, Verdict::Spoofed, Method::Fcrdns, "", 3_600);
+        // Look-alike names are never forward-checked.
+        assert_eq!(v.resolver.forward_calls.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn spoofed_when_forward_returns_another_ip() {
+        let r = FakeResolver::default()
+            .ptr(IP, Ok(&["liar.googlebot.com"]))
+            .fwd("liar.googlebot.com", Ok(&["66.249.66.2"]));
+        let v = verifier(r, vec![("googlebot", google())]);
+        expect(
+            &v.verify(IP.parse().unwrap(), "googlebot").await,
+            Verdict::Spoofed,
+            Method::Fcrdns,
+            "",
+            3_600,
+        );
+    }
+
+    #[tokio::test]
+    async fn spoofed_on_ptr_nxdomain_and_nodata() {
+        for kind in [DnsErrorKind::Nxdomain, DnsErrorKind::NoData] {
+            let r = FakeResolver::default().ptr(IP, Err(kind));
+            let v = verifier(r, vec![("googlebot", google())]);
+            expect(
+                &v.verify(IP.parse().unwrap(), "googlebot").await,
+                Verdict::Spoofed,
+                Method::Fcrdns,
+                "",
+                3_600,
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn unknown_on_transient_ptr_failures() {
+        for kind in [
+            DnsErrorKind::Timeout,
+            DnsErrorKind::Servfail,
+            DnsErrorKind::Refused,
+            DnsErrorKind::Connection,
+            DnsErrorKind::Other,
+        ] {
+            let r = FakeResolver::default().ptr(IP, Err(kind));
+            let v = verifier(r, vec![("googlebot", google())]);
+            let a = v.verify(IP.parse().unwrap(), "googlebot").await;
+            expect(&a, Verdict::Unknown, Method::Fcrdns, "", 30);
+            let text = v.metrics().encode();
+            let series = format!(
+                "crawlguard_verifier_dns_errors_total{{type=\"ptr\",kind=\"{}\"}} 1",
+                kind.as_str()
+            );
+            assert!(text.contains(&series), "{series} not in\n{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn one_passing_name_among_several_verifies() {
+        let r = FakeResolver::default()
+            .ptr(
+                IP,
+                Ok(&[
+                    "other.example.net",
+                    "evilgooglebot.com",
+                    "liar.googlebot.com",
+                    "crawl-1.google.com",
+                ]),
+            )
+            .fwd("liar.googlebot.com", Ok(&["10.0.0.1"]))
+            .fwd("crawl-1.google.com", Ok(&["10.0.0.2", "66.249.66.1"]));
+        let v = verifier(r, vec![("googlebot", google())]);
+        let a = v.verify(IP.parse().unwrap(), "googlebot").await;
+        expect(
+            &a,
+            Verdict::Verified,
+            Method::Fcrdns,
+            "crawl-1.google.com",
+            86_400,
+        );
+        assert_eq!(v.resolver.forward_calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn forward_timeout_without_pass_is_unknown_but_a_pass_wins() {
+        let r = FakeResolver::default()
+            .ptr(IP, Ok(&["a.googlebot.com", "b.googlebot.com"]))
+            .fwd("a.googlebot.com", Err(DnsErrorKind::Timeout))
+            .fwd("b.googlebot.com", Err(DnsErrorKind::Nxdomain));
+        let v = verifier(r, vec![("googlebot", google())]);
+        expect(
+            &v.verify(IP.parse().unwrap(), "googlebot").await,
+            Verdict::Unknown,
+            Method::Fcrdns,
+            "",
+            30,
+        );
+
+        let r = FakeResolver::default()
+            .ptr(IP, Ok(&["a.googlebot.com", "b.googlebot.com"]))
+            .fwd("a.googlebot.com", Err(DnsErrorKind::Servfail))
+            .fwd("b.googlebot.com", Ok(&["66.249.66.1"]));
+        let v = verifier(r, vec![("googlebot", google())]);
+        expect(
+            &v.verify(IP.parse().unwrap(), "googlebot").await,
+            Verdict::Verified,
+            Method::Fcrdns,
+            "b.googlebot.com",
+            86_400,
+        );
+    }
+
+    #[tokio::test]
+    async fn forward_nodata_everywhere_is_spoofed() {
+        let r = FakeResolver::default()
+            .ptr(IP, Ok(&["a.googlebot.com"]))
+            .fwd("a.googlebot.com", Err(DnsErrorKind::NoData));
+        let v = verifier(r, vec![("googlebot", google())]);
+        expect(
+            &v.verify(IP.parse().unwrap(), "googlebot").await,
+            Verdict::Spoofed,
+            Method::Fcrdns,
+            "",
+            3_600,
+        );
+    }
+
+    #[tokio::test]
+    async fn ptr_names_checked_are_capped() {
+        let names: Vec<String> = (0..20).map(|i| format!("h{i}.googlebot.com")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let r = FakeResolver::default().ptr(IP, Ok(&refs));
+        let mut s = settings();
+        s.max_ptr_names = 3;
+        let v = verifier_with(
+            r,
+            vec![("googlebot", google())],
+            Arc::new(RangeStore::default()),
+            s,
+        );
+        expect(
+            &v.verify(IP.parse().unwrap(), "googlebot").await,
+            Verdict::Spoofed,
+            Method::Fcrdns,
+            "",
+            3_600,
+        );
+        assert_eq!(v.resolver.forward_calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn ipv6_fcrdns() {
+        let ip6 = "2001:4860:4801:10::1";
+        let r = FakeResolver::default()
+            .ptr(ip6, Ok(&["crawl-v6.googlebot.com."]))
+            .fwd("crawl-v6.googlebot.com", Ok(&["2001:4860:4801:10:0:0:0:1"]));
+        let v = verifier(r, vec![("googlebot", google())]);
+        let a = v.verify(ip6.parse().unwrap(), "googlebot").await;
+        expect(
+            &a,
+            Verdict::Verified,
+            Method::Fcrdns,
+            "crawl-v6.googlebot.com",
+            86_400,
+        );
+        assert_eq!(a.ip, "2001:4860:4801:10::1");
+    }
+
+    #[tokio::test]
+    async fn ipv4_mapped_address_is_verified_as_ipv4() {
+        let r = FakeResolver::default()
+            .ptr(IP, Ok(&["crawl.googlebot.com"]))
+            .fwd("crawl.googlebot.com", Ok(&["66.249.66.1"]));
+        let v = verifier(r, vec![("googlebot", google())]);
+        let a = v
+            .verify("::ffff:66.249.66.1".parse().unwrap(), "googlebot")
+            .await;
+        expect(
+            &a,
+            Verdict::Verified,
+            Method::Fcrdns,
+            "crawl.googlebot.com",
+            86_400,
+        );
+        assert_eq!(a.ip, IP);
+    }
+
+    fn ranges_with(prefix: &str) -> (tempfile::TempDir, PathBuf, Arc<RangeStore>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.json");
+        std::fs::write(
+            &path,
+            format!(r#"{{"prefixes":[{{"ipv4Prefix":"{prefix}"}}]}}"#),
+        )
+        .unwrap();
+        let store = Arc::new(RangeStore::new([path.clone()]));
+        store.refresh();
+        (dir, path, store)
+    }
+
+    #[tokio::test]
+    async fn ranges_verify_before_any_dns() {
+        let (_d, path, store) = ranges_with("66.249.64.0/19");
+        let methods = BotMethods {
+            ranges: vec![path],
+            ..google()
+        };
+        let v = verifier_with(
+            FakeResolver::default(),
+            vec![("googlebot", methods)],
+            store,
+            settings(),
+        );
+        expect(
+            &v.verify(IP.parse().unwrap(), "googlebot").await,
+            Verdict::Verified,
+            Method::IpRange,
+            "",
+            86_400,
+        );
+        assert_eq!(v.resolver.reverse_calls.load(Ordering::SeqCst), 0);
+        // Outside the ranges: falls through to FCrDNS (fake answers NXDOMAIN).
+        expect(
+            &v.verify("1.2.3.4".parse().unwrap(), "googlebot").await,
+            Verdict::Spoofed,
+            Method::Fcrdns,
+            "",
+            3_600,
+        );
+        assert_eq!(v.resolver.reverse_calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn range_only_bots() {
+        let (_d, path, store) = ranges_with("52.230.152.0/24");
+        let gpt = BotMethods {
+            domains: vec![],
+            ranges: vec![path],
+        };
+        let missing = BotMethods {
+            domains: vec![],
+            ranges: vec![PathBuf::from("/nonexistent/ranges.json")],
+        };
+        let v = verifier_with(
+            FakeResolver::default(),
+            vec![
+                ("gptbot", gpt),
+                ("claudebot", missing),
+                ("nomethod", BotMethods::default()),
+            ],
+            store,
+            settings(),
+        );
+        expect(
+            &v.verify("52.230.152.9".parse().unwrap(), "gptbot").await,
+            Verdict::Verified,
+            Method::IpRange,
+            "",
+            86_400,
+        );
+        expect(
+            &v.verify("52.230.153.9".parse().unwrap(), "gptbot").await,
+            Verdict::Spoofed,
+            Method::IpRange,
+            "",
+            3_600,
+        );
+        // Ranges configured but never loaded: no data, cannot decide.
+        expect(
+            &v.verify("52.230.153.9".parse().unwrap(), "claudebot").await,
+            Verdict::Unknown,
+            Method::None,
+            "",
+            30,
+        );
+        expect(
+            &v.verify("52.230.153.9".parse().unwrap(), "nomethod").await,
+            Verdict::Unknown,
+            Method::None,
+            "",
+            30,
+        );
+        assert_eq!(v.resolver.reverse_calls.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn unlisted_bot_is_unknown_none_and_not_cached() {
+        let v = verifier(FakeResolver::default(), vec![("googlebot", google())]);
+        let a = v.verify(IP.parse().unwrap(), "madeupbot").await;
+        expect(&a, Verdict::Unknown, Method::None, "", 30);
+        assert!(v.metrics().encode().contains(
+            "crawlguard_verifier_verdicts_total{bot=\"unlisted\",method=\"none\",verdict=\"unknown\"} 1"
+        ));
+        assert_eq!(v.resolver.reverse_calls.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn cache_serves_repeats_and_remaining_ttl() {
+        let r = FakeResolver::default()
+            .ptr(IP, Ok(&["crawl.googlebot.com"]))
+            .fwd("crawl.googlebot.com", Ok(&["66.249.66.1"]));
+        let v = verifier(r, vec![("googlebot", google()), ("googleother", google())]);
+        let ip: IpAddr = IP.parse().unwrap();
+        v.verify(ip, "googlebot").await;
+        let again = v.verify(ip, "googlebot").await;
+        assert!(again.ttl_s <= 86_400 && again.ttl_s >= 86_399, "{again:?}");
+        assert_eq!(v.resolver.reverse_calls.load(Ordering::SeqCst), 1);
+        // The key is (ip, bot): another bot id resolves separately.
+        v.verify(ip, "googleother").await;
+        assert_eq!(v.resolver.reverse_calls.load(Ordering::SeqCst), 2);
+        let text = v.metrics().encode();
+        assert!(
+            text.contains("crawlguard_verifier_cache_hits_total 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("crawlguard_verifier_cache_misses_total 2"),
+            "{text}"
+        );
+        v.invalidate_cache();
+        v.verify(ip, "googlebot").await;
+        assert_eq!(v.resolver.reverse_calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_requests_share_one_resolution() {
+        let mut r = FakeResolver::default()
+            .ptr(IP, Ok(&["crawl.googlebot.com"]))
+            .fwd("crawl.googlebot.com", Ok(&["66.249.66.1"]));
+        r.delay = Duration::from_millis(100);
+        let v = Arc::new(verifier(r, vec![("googlebot", google())]));
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..50 {
+            let v = v.clone();
+            set.spawn(async move { v.verify(IP.parse().unwrap(), "googlebot").await });
+        }
+        while let Some(a) = set.join_next().await {
+            assert_eq!(a.unwrap().verdict, Verdict::Verified);
+        }
+        assert_eq!(v.resolver.reverse_calls.load(Ordering::SeqCst), 1);
+        assert_eq!(v.resolver.forward_calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn no_lookup_slot_in_time_is_unknown() {
+        let mut r = FakeResolver::default()
+            .ptr(IP, Ok(&["crawl.googlebot.com"]))
+            .ptr("66.249.66.2", Ok(&["crawl.googlebot.com"]));
+        r.delay = Duration::from_millis(500);
+        let mut s = settings();
+        s.max_concurrent_lookups = 1;
+        s.lookup_slot_wait = Duration::from_millis(50);
+        let v = Arc::new(verifier_with(
+            r,
+            vec![("googlebot", google())],
+            Arc::new(RangeStore::default()),
+            s,
+        ));
+        let slow = {
+            let v = v.clone();
+            tokio::spawn(async move { v.verify(IP.parse().unwrap(), "googlebot").await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let a = v.verify("66.249.66.2".parse().unwrap(), "googlebot").await;
+        expect(&a, Verdict::Unknown, Method::Fcrdns, "", 30);
+        assert!(v
+            .metrics()
+            .encode()
+            .contains("crawlguard_verifier_lookups_rejected_total 1"));
+        slow.await.unwrap();
+    }
+}

@@ -1,0 +1,773 @@
+//! Real-process tests: a local dnsmasq on a free loopback port serves PTR and A/AAAA records
+//! for documentation addresses (192.0.2.0/24, 198.51.100.0/24, 2001:db8::/32); the
+//! `crawlguard-verifier` binary is started against it and queried over HTTP. Nothing ever
+//! connects to those addresses: they are only names in DNS answers.
+//!
+//! Why not 127.x: hickory-resolver follows RFC 6761 and answers reverse lookups in
+//! 127.in-addr.arpa / ::1 itself (`localhost.`) without asking the server, so loopback
+//! addresses cannot carry test PTR records (see `loopback_claims_are_spoofed`).
+//! Range-file tests use 127.x prefixes (no DNS involved).
+//!
+//! dnsmasq comes from Debian (`dnsmasq-base`); if it is missing the tests try to install it
+//! with apt-get (root only). If it still cannot run they are skipped with a loud message,
+//! except under CI (`CI` set), where that is a failure.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// Kills (and reaps) the child when dropped, including during a panic.
+struct ChildGuard {
+    child: Child,
+    name: &'static str,
+    log: Option<PathBuf>,
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            if let Some(log) = &self.log {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                eprintln!("---- {} log (last lines) ----", self.name);
+                for line in tail.iter().rev() {
+                    eprintln!("{line}");
+                }
+            }
+        }
+    }
+}
+
+/// A port free for both UDP and TCP on 127.0.0.1 (dnsmasq binds both).
+fn free_port() -> u16 {
+    loop {
+        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
+        let port = udp.local_addr().unwrap().port();
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn dnsmasq_binary() -> Option<PathBuf> {
+    let find = || {
+        [
+            "/usr/sbin/dnsmasq",
+            "/usr/bin/dnsmasq",
+            "/usr/local/sbin/dnsmasq",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+    };
+    if let Some(p) = find() {
+        return Some(p);
+    }
+    // Try to install it (works as root on Debian); ignore failures, checked below.
+    eprintln!("dnsmasq not found; trying `apt-get install -y dnsmasq-base`");
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg("(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dnsmasq-base) >/dev/null 2>&1")
+        .status();
+    find()
+}
+
+/// `None` (after a loud message) when dnsmasq is unavailable outside CI.
+fn require_dnsmasq() -> Option<PathBuf> {
+    match dnsmasq_binary() {
+        Some(p) => Some(p),
+        None if std::env::var_os("CI").is_some() => {
+            panic!("dnsmasq is required for the real-process verifier tests (apt-get install dnsmasq-base)")
+        }
+        None => {
+            eprintln!(
+                "\n!!!!!!!! SKIPPING real-process verifier test: dnsmasq is not installed and \
+                 could not be installed (apt-get install dnsmasq-base) !!!!!!!!\n"
+            );
+            None
+        }
+    }
+}
+
+/// Records for every scenario.
+fn records() -> Vec<String> {
+    [
+        // Verified Googlebot (host-record also creates the PTR).
+        "--host-record=crawl-66-249-66-1.googlebot.com,192.0.2.1",
+        // PTR outside Google's domains.
+        "--ptr-record=2.2.0.192.in-addr.arpa,host-2.example.net",
+        // Several PTR names; only crawl-3.google.com confirms.
+        "--ptr-record=3.2.0.192.in-addr.arpa,other.example.net",
+        "--ptr-record=3.2.0.192.in-addr.arpa,crawl.evilgooglebot.com",
+        "--ptr-record=3.2.0.192.in-addr.arpa,liar.googlebot.com",
+        "--ptr-record=3.2.0.192.in-addr.arpa,crawl-3.google.com",
+        "--address=/crawl-3.google.com/192.0.2.3",
+        // PTR in googlebot.com whose forward lookup returns another address.
+        "--ptr-record=5.2.0.192.in-addr.arpa,liar.googlebot.com",
+        "--address=/liar.googlebot.com/198.51.100.99",
+        // Fresh address for the concurrency test.
+        "--host-record=crawl-66-249-66-10.googlebot.com,192.0.2.10",
+        // IPv6 FCrDNS.
+        "--host-record=crawl-v6.googlebot.com,2001:db8::66",
+        // Everything else: NXDOMAIN (not REFUSED), like a real authoritative answer.
+        "--local=/#/",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// A minimal DNS query for `name` (type A), to see dnsmasq answer.
+fn dns_probe(port: u16) -> bool {
+    let mut pkt = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in "crawl-66-249-66-1.googlebot.com".split('.') {
+        pkt.push(label.len() as u8);
+        pkt.extend_from_slice(label.as_bytes());
+    }
+    pkt.extend_from_slice(&[0, 0, 1, 0, 1]);
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    if sock.send_to(&pkt, ("127.0.0.1", port)).is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 512];
+    matches!(sock.recv_from(&mut buf), Ok((n, _)) if n >= 12 && buf[0] == 0x12 && buf[1] == 0x34)
+}
+
+struct Dns {
+    _guard: ChildGuard,
+    addr: SocketAddr,
+}
+
+fn start_dnsmasq(bin: &Path, dir: &Path) -> Dns {
+    let port = free_port();
+    let log = dir.join("dnsmasq.log");
+    let child = Command::new(bin)
+        .args([
+            "--no-daemon".to_string(),
+            format!("--port={port}"),
+            "--listen-address=127.0.0.1".to_string(),
+            "--bind-interfaces".to_string(),
+            "--no-resolv".to_string(),
+            "--no-hosts".to_string(),
+            "--conf-file=/dev/null".to_string(),
+            "--log-queries".to_string(),
+        ])
+        .args(records())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn dnsmasq");
+    let guard = ChildGuard {
+        child,
+        name: "dnsmasq",
+        log: Some(log),
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !dns_probe(port) {
+        assert!(
+            Instant::now() < deadline,
+            "dnsmasq did not answer on port {port}"
+        );
+    }
+    Dns {
+        _guard: guard,
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+    }
+}
+
+struct Sidecar {
+    _guard: ChildGuard,
+    base: String,
+    http: reqwest::Client,
+}
+
+async fn start_sidecar(dir: &Path, args: &[String]) -> Sidecar {
+    let log = dir.join("verifier.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_crawlguard-verifier"))
+        .args(["--listen", "127.0.0.1:0", "--log-level", "debug"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn crawlguard-verifier");
+    let stdout = child.stdout.take().unwrap();
+    let guard = ChildGuard {
+        child,
+        name: "crawlguard-verifier",
+        log: Some(log),
+    };
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        // Keep draining stdout so the child never blocks on a full pipe.
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("verifier printed no `listening on` line");
+    let addr = line
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first stdout line: {line:?}"));
+    let base = format!("http://{addr}");
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(r) = http.get(format!("{base}/healthz")).send().await {
+            if r.status() == 200 {
+                assert_eq!(r.text().await.unwrap(), "ok");
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "/healthz never answered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Sidecar {
+        _guard: guard,
+        base,
+        http,
+    }
+}
+
+impl Sidecar {
+    async fn get(&self, path_and_query: &str) -> (u16, String) {
+        let r = self
+            .http
+            .get(format!("{}{path_and_query}", self.base))
+            .send()
+            .await
+            .expect("request");
+        let status = r.status().as_u16();
+        (status, r.text().await.unwrap())
+    }
+
+    async fn verify(&self, ip: &str, bot: &str) -> Value {
+        let (status, body) = self.get(&format!("/v1/verify?ip={ip}&bot={bot}")).await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
+    async fn metrics(&self) -> String {
+        self.get("/metrics").await.1
+    }
+
+    /// Value of one exact series (`name{labels}`), 0 when absent.
+    async fn metric(&self, series: &str) -> f64 {
+        let text = self.metrics().await;
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(series)
+                    .and_then(|rest| rest.strip_prefix(' '))
+            })
+            .map(|v| v.trim().parse().unwrap())
+            .unwrap_or(0.0)
+    }
+}
+
+fn answer(ip: &str, bot: &str, verdict: &str, method: &str, host: &str, ttl_s: u64) -> Value {
+    json!({"ip": ip, "bot": bot, "verdict": verdict, "method": method, "host": host, "ttl_s": ttl_s})
+}
+
+fn nameserver_args(dns: &Dns) -> Vec<String> {
+    vec!["--nameserver".into(), dns.addr.to_string()]
+}
+
+fn shared_data(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data")
+        .join(rel)
+        .canonicalize()
+        .unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+#[tokio::test]
+async fn fcrdns_verdicts_against_dnsmasq() {
+    let Some(bin) = require_dnsmasq() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let dns = start_dnsmasq(&bin, dir.path());
+    let sc = start_sidecar(dir.path(), &nameserver_args(&dns)).await;
+
+    // Real Googlebot: PTR in googlebot.com, A record returns the same address.
+    assert_eq!(
+        sc.verify("192.0.2.1", "googlebot").await,
+        answer(
+            "192.0.2.1",
+            "googlebot",
+            "verified",
+            "fcrdns",
+            "crawl-66-249-66-1.googlebot.com",
+            86400
+        )
+    );
+    // Same UA from an address whose PTR is not Google's.
+    assert_eq!(
+        sc.verify("192.0.2.2", "googlebot").await,
+        answer("192.0.2.2", "googlebot", "spoofed", "fcrdns", "", 3600)
+    );
+    // PTR in googlebot.com, forward lookup returns another address.
+    assert_eq!(
+        sc.verify("192.0.2.5", "googlebot").await,
+        answer("192.0.2.5", "googlebot", "spoofed", "fcrdns", "", 3600)
+    );
+    // Several PTR names, one passes.
+    assert_eq!(
+        sc.verify("192.0.2.3", "googlebot").await,
+        answer(
+            "192.0.2.3",
+            "googlebot",
+            "verified",
+            "fcrdns",
+            "crawl-3.google.com",
+            86400
+        )
+    );
+    // No PTR at all (NXDOMAIN): a definite answer.
+    assert_eq!(
+        sc.verify("192.0.2.200", "googlebot").await,
+        answer("192.0.2.200", "googlebot", "spoofed", "fcrdns", "", 3600)
+    );
+    // IPv6: ip6.arpa PTR and AAAA.
+    assert_eq!(
+        sc.verify("2001:db8::66", "googlebot").await,
+        answer(
+            "2001:db8::66",
+            "googlebot",
+            "verified",
+            "fcrdns",
+            "crawl-v6.googlebot.com",
+            86400
+        )
+    );
+    assert_eq!(
+        sc.verify("2001:DB8:0::66", "GoogleOther").await,
+        answer(
+            "2001:db8::66",
+            "googleother",
+            "verified",
+            "fcrdns",
+            "crawl-v6.googlebot.com",
+            86400
+        )
+    );
+    // Bing's domain does not cover a Google host.
+    assert_eq!(
+        sc.verify("192.0.2.1", "bingbot").await,
+        answer("192.0.2.1", "bingbot", "spoofed", "fcrdns", "", 3600)
+    );
+    // A catalog bot without configured range files has no method: unknown.
+    assert_eq!(
+        sc.verify("192.0.2.1", "gptbot").await,
+        answer("192.0.2.1", "gptbot", "unknown", "none", "", 30)
+    );
+    // A bot id not in the catalog.
+    assert_eq!(
+        sc.verify("192.0.2.1", "acmebot").await,
+        answer("192.0.2.1", "acmebot", "unknown", "none", "", 30)
+    );
+
+    assert_eq!(
+        sc.metric("crawlguard_verifier_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"verified\"}").await,
+        3.0
+    );
+    assert_eq!(
+        sc.metric("crawlguard_verifier_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"spoofed\"}").await,
+        3.0
+    );
+    assert_eq!(
+        sc.metric("crawlguard_verifier_verdicts_total{bot=\"unlisted\",method=\"none\",verdict=\"unknown\"}").await,
+        1.0
+    );
+    assert_eq!(
+        sc.metric("crawlguard_verifier_dns_errors_total{type=\"ptr\",kind=\"nxdomain\"}")
+            .await,
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn fifty_concurrent_requests_make_one_resolution() {
+    let Some(bin) = require_dnsmasq() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let dns = start_dnsmasq(&bin, dir.path());
+    let sc = std::sync::Arc::new(start_sidecar(dir.path(), &nameserver_args(&dns)).await);
+
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..50 {
+        let sc = sc.clone();
+        set.spawn(async move { sc.verify("192.0.2.10", "googlebot").await });
+    }
+    while let Some(v) = set.join_next().await {
+        let v = v.unwrap();
+        assert_eq!(v["verdict"], "verified", "{v}");
+        assert_eq!(v["host"], "crawl-66-249-66-10.googlebot.com");
+    }
+    assert_eq!(
+        sc.metric("crawlguard_verifier_dns_queries_total{type=\"ptr\"}")
+            .await,
+        1.0
+    );
+    assert_eq!(
+        sc.metric("crawlguard_verifier_dns_queries_total{type=\"a\"}")
+            .await,
+        1.0
+    );
+    assert_eq!(
+        sc.metric("crawlguard_verifier_cache_misses_total").await,
+        1.0
+    );
+    assert_eq!(
+        sc.metric("crawlguard_verifier_cache_hits_total").await,
+        49.0
+    );
+    assert_eq!(
+        sc.metric("crawlguard_verifier_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"verified\"}").await,
+        50.0
+    );
+    assert_eq!(sc.metric("crawlguard_verifier_in_flight").await, 0.0);
+}
+
+#[tokio::test]
+async fn dns_timeout_gives_unknown_within_the_timeout() {
+    // A UDP socket that never answers: every query times out.
+    let blackhole = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = blackhole.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let sc = start_sidecar(
+        dir.path(),
+        &[
+            "--nameserver".into(),
+            format!("127.0.0.1:{port}"),
+            "--dns-timeout-ms".into(),
+            "300".into(),
+            "--dns-attempts".into(),
+            "1".into(),
+        ],
+    )
+    .await;
+    let started = Instant::now();
+    let v = sc.verify("192.0.2.1", "googlebot").await;
+    let elapsed = started.elapsed();
+    assert_eq!(
+        v,
+        answer("192.0.2.1", "googlebot", "unknown", "fcrdns", "", 30)
+    );
+    // 300 ms per attempt, one attempt, plus the 100 ms hard-budget margin and slack.
+    assert!(elapsed >= Duration::from_millis(250), "{elapsed:?}");
+    assert!(elapsed < Duration::from_millis(1500), "{elapsed:?}");
+    assert_eq!(
+        sc.metric("crawlguard_verifier_dns_errors_total{type=\"ptr\",kind=\"timeout\"}")
+            .await,
+        1.0
+    );
+    // The unknown verdict is cached briefly: a repeat is immediate.
+    let started = Instant::now();
+    let again = sc.verify("192.0.2.1", "googlebot").await;
+    assert!(started.elapsed() < Duration::from_millis(200));
+    assert_eq!(again["verdict"], "unknown");
+    drop(blackhole);
+}
+
+/// Writes `content` to `path` atomically (temp file + rename), as a sync job would.
+fn replace_file(path: &Path, content: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, content).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[tokio::test]
+async fn range_files_verify_and_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let ranges = dir.path().join("gptbot.json");
+    replace_file(
+        &ranges,
+        r#"{"creationTime": "2025-01-01T00:00:00", "prefixes": [{"ipv4Prefix": "127.0.77.0/24"}, {"ipv6Prefix": "2001:db8:77::/48"}]}"#,
+    );
+    let chatgpt = shared_data("openai-crawler-ips/chatgpt-user.json");
+    let config = dir.path().join("verifier.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[bots]]\nid = \"gptbot\"\nranges = [\"gptbot.json\"]\n\
+             [[bots]]\nid = \"chatgpt-user\"\nranges = [{:?}]\n",
+            chatgpt.display().to_string()
+        ),
+    )
+    .unwrap();
+    // No DNS needed (range-only bots), but never fall back to the host's resolv.conf.
+    let sc = start_sidecar(
+        dir.path(),
+        &[
+            "--config".into(),
+            config.display().to_string(),
+            "--reload-interval-s".into(),
+            "1".into(),
+            "--nameserver".into(),
+            "127.0.0.1:9".into(),
+        ],
+    )
+    .await;
+    let file_label = ranges.display().to_string();
+
+    assert_eq!(
+        sc.verify("127.0.77.5", "gptbot").await,
+        answer("127.0.77.5", "gptbot", "verified", "ip_range", "", 86400)
+    );
+    assert_eq!(
+        sc.verify("2001:db8:77::1", "gptbot").await,
+        answer(
+            "2001:db8:77::1",
+            "gptbot",
+            "verified",
+            "ip_range",
+            "",
+            86400
+        )
+    );
+    assert_eq!(
+        sc.verify("127.0.78.5", "gptbot").await,
+        answer("127.0.78.5", "gptbot", "spoofed", "ip_range", "", 3600)
+    );
+    // The real OpenAI file (single-line formatting) is loaded and used.
+    assert_eq!(
+        sc.metric(&format!(
+            "crawlguard_verifier_range_prefixes{{file={:?}}}",
+            chatgpt.display().to_string()
+        ))
+        .await,
+        103.0
+    );
+    assert_eq!(
+        sc.verify("13.65.138.113", "chatgpt-user").await,
+        answer(
+            "13.65.138.113",
+            "chatgpt-user",
+            "verified",
+            "ip_range",
+            "",
+            86400
+        )
+    );
+
+    // A malformed replacement is rejected, counted, and the old ranges stay.
+    replace_file(
+        &ranges,
+        r#"{"creationTime": "2025-02-01", "prefixes": [{"ipv4Prefix": "127.0.88.0/24"},"#,
+    );
+    let err_series =
+        format!("crawlguard_verifier_range_reloads_total{{file={file_label:?},result=\"error\"}}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sc.metric(&err_series).await < 1.0 {
+        assert!(Instant::now() < deadline, "malformed file never reported");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        sc.verify("127.0.77.6", "gptbot").await,
+        answer("127.0.77.6", "gptbot", "verified", "ip_range", "", 86400)
+    );
+    assert_eq!(
+        sc.metric(&format!(
+            "crawlguard_verifier_range_prefixes{{file={file_label:?}}}"
+        ))
+        .await,
+        2.0
+    );
+
+    // A new valid file is picked up; cached verdicts from the old ranges are dropped.
+    replace_file(&ranges, r#"{"prefixes":[{"ipv4Prefix":"127.0.88.0/24"}]}"#);
+    let ok_series =
+        format!("crawlguard_verifier_range_reloads_total{{file={file_label:?},result=\"ok\"}}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sc.metric(&ok_series).await < 2.0 {
+        assert!(Instant::now() < deadline, "new range file never loaded");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        sc.verify("127.0.88.1", "gptbot").await,
+        answer("127.0.88.1", "gptbot", "verified", "ip_range", "", 86400)
+    );
+    assert_eq!(
+        sc.verify("127.0.77.5", "gptbot").await,
+        answer("127.0.77.5", "gptbot", "spoofed", "ip_range", "", 3600)
+    );
+}
+
+#[tokio::test]
+async fn bad_requests_get_400_with_json_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = start_sidecar(dir.path(), &["--nameserver".into(), "127.0.0.1:9".into()]).await;
+    for (query, fragment) in [
+        ("/v1/verify", "missing query parameter: ip"),
+        ("/v1/verify?bot=googlebot", "missing query parameter: ip"),
+        (
+            "/v1/verify?ip=&bot=googlebot",
+            "missing query parameter: ip",
+        ),
+        ("/v1/verify?ip=127.0.0.1", "missing query parameter: bot"),
+        ("/v1/verify?ip=999.1.1.1&bot=googlebot", "invalid ip"),
+        ("/v1/verify?ip=example.com&bot=googlebot", "invalid ip"),
+        ("/v1/verify?ip=fe80::1%25eth0&bot=googlebot", "invalid ip"),
+        ("/v1/verify?ip=127.0.0.1&bot=google%20bot", "invalid bot"),
+        ("/v1/verify?ip=127.0.0.1&bot=%FF%FE", "invalid"),
+        (
+            "/v1/verify?ip=127.0.0.1&ip=127.0.0.2&bot=googlebot",
+            "invalid query string",
+        ),
+    ] {
+        let (status, body) = sc.get(query).await;
+        assert_eq!(status, 400, "{query}: {body}");
+        let v: Value =
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{query}: {e}: {body}"));
+        let msg = v["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{query}: {body}"));
+        assert!(msg.contains(fragment), "{query}: {msg}");
+    }
+    let long_bot = "a".repeat(65);
+    let (status, _) = sc
+        .get(&format!("/v1/verify?ip=127.0.0.1&bot={long_bot}"))
+        .await;
+    assert_eq!(status, 400);
+    let (status, body) = sc.get("/nope").await;
+    assert_eq!((status, body.as_str()), (404, r#"{"error":"not found"}"#));
+    // Still healthy after all of that.
+    assert_eq!(sc.get("/healthz").await, (200, "ok".to_string()));
+}
+
+#[tokio::test]
+async fn metrics_expose_the_expected_series() {
+    let Some(bin) = require_dnsmasq() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let dns = start_dnsmasq(&bin, dir.path());
+    let sc = start_sidecar(dir.path(), &nameserver_args(&dns)).await;
+    sc.verify("192.0.2.1", "googlebot").await;
+    sc.verify("192.0.2.1", "googlebot").await;
+    sc.verify("192.0.2.200", "googlebot").await;
+    let r = sc
+        .http
+        .get(format!("{}/metrics", sc.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let ctype = r.headers()["content-type"].to_str().unwrap().to_string();
+    assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
+    let text = r.text().await.unwrap();
+    for series in [
+        "# TYPE crawlguard_verifier_verdicts counter",
+        "crawlguard_verifier_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"verified\"} 2",
+        "crawlguard_verifier_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"spoofed\"} 1",
+        "crawlguard_verifier_cache_hits_total 1",
+        "crawlguard_verifier_cache_misses_total 2",
+        "crawlguard_verifier_cache_entries ",
+        "crawlguard_verifier_dns_queries_total{type=\"ptr\"} 2",
+        "crawlguard_verifier_dns_queries_total{type=\"a\"} 1",
+        "crawlguard_verifier_dns_errors_total{type=\"ptr\",kind=\"nxdomain\"} 1",
+        "crawlguard_verifier_in_flight 0",
+        "crawlguard_verifier_lookups_rejected_total 0",
+        "# TYPE crawlguard_verifier_verify_duration_seconds histogram",
+        "crawlguard_verifier_verify_duration_seconds_count 2",
+        "crawlguard_verifier_verify_duration_seconds_bucket{le=\"+Inf\"} 2",
+        "# EOF",
+    ] {
+        assert!(text.contains(series), "missing {series:?} in\n{text}");
+    }
+}
+
+#[test]
+fn help_documents_every_flag() {
+    let out = Command::new(env!("CARGO_BIN_EXE_crawlguard-verifier"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for flag in [
+        "--listen",
+        "--config",
+        "--nameserver",
+        "--dns-timeout-ms",
+        "--dns-attempts",
+        "--cache-max-entries",
+        "--max-concurrent-lookups",
+        "--reload-interval-s",
+        "--ttl-verified-s",
+        "--ttl-spoofed-s",
+        "--ttl-unknown-s",
+        "--log-level",
+        "--print-default-config",
+        "--check-config",
+        "--version",
+    ] {
+        assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
+    }
+}
+
+#[test]
+fn print_default_config_is_a_valid_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_crawlguard-verifier"))
+        .arg("--print-default-config")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let path = dir.path().join("default.toml");
+    std::fs::write(&path, &out.stdout).unwrap();
+    let check = Command::new(env!("CARGO_BIN_EXE_crawlguard-verifier"))
+        .args(["--check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(
+        stdout.starts_with("configuration ok: 56 bots, 0 range files"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn invalid_config_fails_at_startup_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "[dns]\ntimeout_ms = 0\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_crawlguard-verifier"))
+        .args(["--check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("dns.timeout_ms"), "{stderr}");
+}
+
+#[tokio::test]
+async fn loopback_claims_are_spoofed() {
+    // hickory answers loopback PTR queries itself with `localhost.` (RFC 6761), which is in
+    // no bot's domains: a Googlebot claim from 127.0.0.1 or ::1 is spoofed, whatever the
+    // nameserver says (here: one that does not even exist).
+    let dir = tempfile::tempdir().unwrap();
+    let sc = start_sidecar(dir.path(), &["--nameserver".into(), "127.0.0.1:9".into()]).await;
+    assert_eq!(
+        sc.verify("127.0.0.1", "googlebot").await,
+        answer("127.0.0.1", "googlebot", "spoofed", "fcrdns", "", 3600)
+    );
+    assert_eq!(
+        sc.verify("::1", "googlebot").await,
+        answer("::1", "googlebot", "spoofed", "fcrdns", "", 3600)
+    );
+}
