@@ -347,12 +347,17 @@ impl Filter {
             )
         });
         let rej = respond::rejection(r.status, r.retry_after_s, rl);
-        let headers: Vec<(&str, &str)> =
-            rej.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        match hostcalls::send_http_response(
-            u32::from(rej.status),
-            headers,
-            Some(rej.body.as_bytes()),
+        // Annotate the rejected request too, so access logs show the class (%REQ(...)%).
+        let _ = hostcalls::set_map_value_bytes(
+            MapType::HttpRequestHeaders,
+            &cfg.class_header,
+            Some(class.as_str().as_bytes()),
+        );
+        match host::send_local_response(
+            rej.status,
+            respond::DETAILS_LIMITED,
+            &rej.headers,
+            rej.body.as_bytes(),
         ) {
             Ok(()) => {
                 self.local_reply = true;
@@ -420,12 +425,11 @@ impl Filter {
             plan.fixes
         );
         let rej = respond::rejection(plan.status, plan.retry_after_s, None);
-        let headers: Vec<(&str, &str)> =
-            rej.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        match hostcalls::send_http_response(
-            u32::from(rej.status),
-            headers,
-            Some(rej.body.as_bytes()),
+        match host::send_local_response(
+            rej.status,
+            respond::DETAILS_NORMALISED,
+            &rej.headers,
+            rej.body.as_bytes(),
         ) {
             Ok(()) => {
                 self.local_reply = true;

@@ -34,6 +34,46 @@ extern "C" {
     ) -> u32;
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
     fn proxy_get_current_time_nanoseconds(return_time: *mut u64) -> u32;
+    fn proxy_send_local_response(
+        status_code: u32,
+        status_code_details_data: *const u8,
+        status_code_details_size: usize,
+        body_data: *const u8,
+        body_size: usize,
+        headers_data: *const u8,
+        headers_size: usize,
+        grpc_status: i32,
+    ) -> u32;
+}
+
+/// Answers the current request locally (Envoy `sendLocalReply`), with `details` shown as
+/// `%RESPONSE_CODE_DETAILS%` in access logs (the SDK's version sends none). `Err(status)` if
+/// the host refused.
+pub fn send_local_response(
+    status: u16,
+    details: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> Result<(), u32> {
+    let map = crate::respond::serialize_headers(headers);
+    // SAFETY: every pointer/length pair is a live slice for the duration of the call.
+    let st = unsafe {
+        proxy_send_local_response(
+            u32::from(status),
+            details.as_ptr(),
+            details.len(),
+            body.as_ptr(),
+            body.len(),
+            map.as_ptr(),
+            map.len(),
+            -1, // not gRPC
+        )
+    };
+    if st == OK {
+        Ok(())
+    } else {
+        Err(st)
+    }
 }
 
 /// proxy-wasm shared data through the host.
