@@ -45,3 +45,42 @@ fn readme_documents_every_stat_family() {
         );
     }
 }
+
+#[test]
+fn readme_examples_are_verbatim_copies_of_files_tests_load() {
+    let text = readme();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    let mut rest = text.as_str();
+    while let Some(i) = rest.find("<!-- include: ") {
+        let after = &rest[i + "<!-- include: ".len()..];
+        let (path, tail) = after.split_once(" -->").expect("closed include marker");
+        let body_start = tail.find("```").expect("code block after include") + 3;
+        let body = &tail[body_start..];
+        let body = &body[body.find('\n').expect("fence line") + 1..];
+        let block = &body[..body.find("\n```").expect("closing fence")];
+        let file = std::fs::read_to_string(root.join(path)).expect("included file exists");
+        assert!(
+            file.contains(block),
+            "README block claimed to come from {path} is not a verbatim copy"
+        );
+        checked += 1;
+        rest = body;
+    }
+    assert_eq!(checked, 4, "include markers checked");
+}
+
+#[test]
+fn every_example_configuration_is_accepted() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("envoy/examples");
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).expect("envoy/examples") {
+        let path = entry.expect("entry").path();
+        let bytes = std::fs::read(&path).expect("read");
+        if let Err(e) = crawlguard::config::parse(&bytes) {
+            panic!("{}: {e}", path.display());
+        }
+        n += 1;
+    }
+    assert!(n >= 1);
+}
