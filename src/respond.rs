@@ -17,11 +17,19 @@ pub fn retry_after_s(wait_ns: u64, policy: &RetryAfter, random: u32) -> u32 {
     clamped.saturating_add(jitter)
 }
 
-/// Body of a rejection, one short line (<= 64 bytes), by status.
+/// Body of a rejection, one short line (<= 64 bytes) naming the status it goes with:
+/// `429 Too Many Requests: ...`, `503 Service Unavailable: ...`, and for other statuses a
+/// normalised upstream may carry (502, 504, ...) their RFC 9110 reason phrase.
 pub fn body(status: u16) -> &'static str {
     match status {
+        429 => "429 Too Many Requests: try again after Retry-After\n",
         503 => "503 Service Unavailable: try again after Retry-After\n",
-        _ => "429 Too Many Requests: try again after Retry-After\n",
+        502 => "502 Bad Gateway: try again after Retry-After\n",
+        504 => "504 Gateway Timeout: try again after Retry-After\n",
+        500 => "500 Internal Server Error: try again after Retry-After\n",
+        408 => "408 Request Timeout: try again after Retry-After\n",
+        s if (500..600).contains(&s) => "Server error: try again after Retry-After\n",
+        _ => "Client error: try again after Retry-After\n",
     }
 }
 
@@ -157,8 +165,15 @@ mod tests {
             "429 Too Many Requests: try again after Retry-After\n"
         );
         assert!(r.body.len() <= 64);
-        assert!(body(503).len() <= 64);
-        assert!(body(503).starts_with("503 "));
+        for status in [408, 429, 500, 502, 503, 504, 507, 418] {
+            let b = body(status);
+            assert!(b.len() <= 64, "{status}");
+            assert_eq!(b.matches('\n').count(), 1);
+        }
+        assert!(body(503).starts_with("503 Service Unavailable"));
+        assert!(body(502).starts_with("502 Bad Gateway"));
+        assert!(body(504).starts_with("504 Gateway Timeout"));
+        assert!(body(507).starts_with("Server error"));
     }
 
     #[test]

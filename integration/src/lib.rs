@@ -8,16 +8,26 @@
 //!
 //! Clients made with [`client`] bind a chosen `127.0.0.x` source address, so one test process
 //! can play many different client IPs against the same Envoy.
+//!
+//! Options beyond the shipped layout: [`EnvoyOpts::upstream`] routes the main listener to an
+//! external origin (usually a [`TestUpstream`], the scriptable `crawlguard-test-upstream`
+//! binary of this crate) over HTTP/1.1 or h2c; [`EnvoyOpts::buffer_limit`] sets
+//! `per_connection_buffer_limit_bytes` on the main listener and that upstream cluster;
+//! [`EnvoyOpts::fake_verifier`] adds a `crawlguard_verifier` cluster answered by an extra
+//! listener of the same Envoy with fixed verdicts. [`RawHttp1`] speaks HTTP/1.1 on one TCP
+//! connection, for keep-alive checks.
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 
 /// Prefix Envoy 1.40 puts in front of metrics defined by a wasm module (`define_metric`):
@@ -122,6 +132,76 @@ impl From<&str> for FilterConfig {
     }
 }
 
+/// How Envoy talks to an external upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1.
+    Http1,
+    /// HTTP/2 over cleartext with prior knowledge.
+    H2c,
+}
+
+/// An origin outside Envoy that the main listener routes to (cluster `test_upstream`).
+#[derive(Debug, Clone, Copy)]
+pub struct ExternalUpstream {
+    /// Its address (a loopback address in the tests).
+    pub addr: SocketAddr,
+    /// The protocol Envoy speaks to it.
+    pub protocol: UpstreamProtocol,
+}
+
+/// One fixed answer of the fake verifier (see [`EnvoyOpts::fake_verifier`]).
+#[derive(Debug, Clone)]
+pub struct FakeVerdict {
+    /// The client IP of the claim, as the filter prints it in `ip=`.
+    pub ip: String,
+    /// The bot id of the claim (`bot=`).
+    pub bot: String,
+    /// `verified`, `spoofed` or `unknown`.
+    pub verdict: String,
+}
+
+impl FakeVerdict {
+    /// The JSON body the fake verifier answers with: the verifier contract of DESIGN.md,
+    /// `method` `fcrdns` (`none` for `unknown`), `host` `crawl-<ip with dashes>.<bot>.com` for
+    /// `verified` (empty otherwise), `ttl_s` 3600.
+    pub fn body(&self) -> String {
+        let verified = self.verdict == "verified";
+        let host = if verified {
+            format!(
+                "crawl-{}.{}.com",
+                self.ip.replace(['.', ':'], "-"),
+                self.bot
+            )
+        } else {
+            String::new()
+        };
+        let method = if self.verdict == "unknown" {
+            "none"
+        } else {
+            "fcrdns"
+        };
+        // Field order as in the contract; serde_json's json! would sort the keys.
+        format!(
+            "{{\"ip\":{},\"bot\":{},\"verdict\":{},\"method\":\"{method}\",\"host\":{},\"ttl_s\":3600}}",
+            json_str(&self.ip),
+            json_str(&self.bot),
+            json_str(&self.verdict),
+            json_str(&host)
+        )
+    }
+}
+
+impl<I: ToString, B: Into<String>, V: Into<String>> From<(I, B, V)> for FakeVerdict {
+    fn from((ip, bot, verdict): (I, B, V)) -> Self {
+        FakeVerdict {
+            ip: ip.to_string(),
+            bot: bot.into(),
+            verdict: verdict.into(),
+        }
+    }
+}
+
 /// How to start an Envoy for a test.
 #[derive(Debug, Clone)]
 pub struct EnvoyOpts {
@@ -129,6 +209,18 @@ pub struct EnvoyOpts {
     pub filter_config: FilterConfig,
     /// Envoy `--concurrency` (worker threads). Default 1.
     pub concurrency: u32,
+    /// Route the main listener to this origin instead of the built-in demo origin.
+    pub upstream: Option<ExternalUpstream>,
+    /// `per_connection_buffer_limit_bytes` of the main listener and of the external upstream
+    /// cluster (Envoy's default, 1 MiB, when `None`).
+    pub buffer_limit_bytes: Option<u32>,
+    /// A fake verifier: cluster `crawlguard_verifier` -> an extra listener that answers
+    /// `GET /v1/verify?ip=<ip>&bot=<bot>` with a 200 JSON verdict for each listed claim and
+    /// 404 (a verifier error for the filter) for anything else. `None`: no such cluster.
+    pub fake_verifier: Option<Vec<FakeVerdict>>,
+    /// A real verifier: cluster `crawlguard_verifier` -> `127.0.0.1:<port>` (the sidecar
+    /// started by [`stack::Sidecar`]). `None`: no such cluster.
+    pub real_verifier_port: Option<u16>,
 }
 
 impl Default for EnvoyOpts {
@@ -136,6 +228,10 @@ impl Default for EnvoyOpts {
         EnvoyOpts {
             filter_config: FilterConfig::default(),
             concurrency: 1,
+            upstream: None,
+            buffer_limit_bytes: None,
+            fake_verifier: None,
+            real_verifier_port: None,
         }
     }
 }
@@ -148,19 +244,45 @@ impl EnvoyOpts {
             ..Default::default()
         }
     }
+
+    /// Routes the main listener to `addr` (cluster `test_upstream`) over `protocol`.
+    pub fn upstream(mut self, addr: SocketAddr, protocol: UpstreamProtocol) -> Self {
+        self.upstream = Some(ExternalUpstream { addr, protocol });
+        self
+    }
+
+    /// Sets `per_connection_buffer_limit_bytes` on the main listener and the upstream cluster.
+    pub fn buffer_limit(mut self, bytes: u32) -> Self {
+        self.buffer_limit_bytes = Some(bytes);
+        self
+    }
+
+    /// Adds the fake verifier with these `(ip, bot, verdict)` answers, e.g.
+    /// `.fake_verifier(vec![("127.0.0.7", "googlebot", "verified")])`.
+    pub fn fake_verifier<T: Into<FakeVerdict>>(mut self, verdicts: Vec<T>) -> Self {
+        self.fake_verifier = Some(verdicts.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Points cluster `crawlguard_verifier` at a real verifier on `127.0.0.1:<port>`.
+    pub fn real_verifier(mut self, port: u16) -> Self {
+        self.real_verifier_port = Some(port);
+        self
+    }
 }
 
-/// The three ports one Envoy listens on.
+/// The ports one Envoy listens on.
 #[derive(Debug, Clone, Copy)]
 struct Ports {
     main: u16,
     upstream: u16,
     admin: u16,
+    verifier: u16,
 }
 
-/// Picks three distinct free ports on 127.0.0.1 (bound together, then released).
+/// Picks four distinct free ports on 127.0.0.1 (bound together, then released).
 fn free_ports() -> Ports {
-    let ls: Vec<TcpListener> = (0..3)
+    let ls: Vec<TcpListener> = (0..4)
         .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
         .collect();
     let p: Vec<u16> = ls.iter().map(|l| l.local_addr().unwrap().port()).collect();
@@ -168,7 +290,13 @@ fn free_ports() -> Ports {
         main: p[0],
         upstream: p[1],
         admin: p[2],
+        verifier: p[3],
     }
+}
+
+/// A JSON string literal (also a valid YAML double-quoted scalar).
+fn json_str(s: &str) -> String {
+    serde_json::Value::String(s.to_string()).to_string()
 }
 
 /// Replaces `from` in `text`, insisting that it occurs (the template must not drift).
@@ -181,12 +309,12 @@ fn replace_required(text: &str, from: &str, to: &str) -> String {
 }
 
 /// Renders `envoy/envoy.yaml` for a test: free ports, absolute wasm path, the given filter
-/// configuration.
-fn render_config(ports: Ports, wasm: &Path, filter_config: &str) -> String {
+/// configuration, and the optional upstream, buffer limit and fake verifier.
+fn render_config(ports: Ports, wasm: &Path, opts: &EnvoyOpts) -> String {
+    let filter_config = &opts.filter_config.as_string();
     let template_path = repo_root().join("envoy/envoy.yaml");
     let template = std::fs::read_to_string(&template_path)
         .unwrap_or_else(|e| panic!("read {}: {e}", template_path.display()));
-    let json_str = |s: &str| serde_json::Value::String(s.to_string()).to_string();
     let mut y = template;
     y = replace_required(
         &y,
@@ -214,7 +342,161 @@ fn render_config(ports: Ports, wasm: &Path, filter_config: &str) -> String {
         "value: \"\"",
         &format!("value: {}", json_str(filter_config)),
     );
+    if let Some(limit) = opts.buffer_limit_bytes {
+        y = replace_required(
+            &y,
+            "  - name: main\n",
+            &format!("  - name: main\n    per_connection_buffer_limit_bytes: {limit}\n"),
+        );
+    }
+    if let Some(up) = opts.upstream {
+        y = replace_required(
+            &y,
+            "route: { cluster: demo_upstream }",
+            "route: { cluster: test_upstream }",
+        );
+        y = replace_required(
+            &y,
+            "\n  clusters:\n",
+            &format!(
+                "\n  clusters:\n{}",
+                upstream_cluster(up, opts.buffer_limit_bytes)
+            ),
+        );
+    }
+    if let Some(port) = opts.real_verifier_port {
+        assert!(
+            opts.fake_verifier.is_none(),
+            "a fake or a real verifier, not both"
+        );
+        y = replace_required(
+            &y,
+            "\n  clusters:\n",
+            &format!("\n  clusters:\n{}", verifier_cluster(port)),
+        );
+    }
+    if let Some(verdicts) = &opts.fake_verifier {
+        y = replace_required(
+            &y,
+            "\n  listeners:\n",
+            &format!(
+                "\n  listeners:\n{}",
+                verifier_listener(ports.verifier, verdicts)
+            ),
+        );
+        y = replace_required(
+            &y,
+            "\n  clusters:\n",
+            &format!("\n  clusters:\n{}", verifier_cluster(ports.verifier)),
+        );
+    }
     y
+}
+
+/// Cluster `test_upstream` (YAML, indented for `static_resources.clusters`).
+fn upstream_cluster(up: ExternalUpstream, buffer_limit: Option<u32>) -> String {
+    let mut c =
+        String::from("  - name: test_upstream\n    type: STATIC\n    connect_timeout: 1s\n");
+    if let Some(limit) = buffer_limit {
+        c += &format!("    per_connection_buffer_limit_bytes: {limit}\n");
+    }
+    if up.protocol == UpstreamProtocol::H2c {
+        c += concat!(
+            "    typed_extension_protocol_options:\n",
+            "      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n",
+            "        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n",
+            "        explicit_http_config:\n",
+            "          http2_protocol_options: {}\n",
+        );
+    }
+    c += &format!(
+        concat!(
+            "    load_assignment:\n",
+            "      cluster_name: test_upstream\n",
+            "      endpoints:\n",
+            "      - lb_endpoints:\n",
+            "        - endpoint:\n",
+            "            address:\n",
+            "              socket_address: {{ address: {}, port_value: {} }}\n",
+        ),
+        json_str(&up.addr.ip().to_string()),
+        up.addr.port()
+    );
+    c
+}
+
+/// Cluster `crawlguard_verifier` pointing at the fake verifier listener.
+fn verifier_cluster(port: u16) -> String {
+    format!(
+        concat!(
+            "  - name: crawlguard_verifier\n",
+            "    type: STATIC\n",
+            "    connect_timeout: 1s\n",
+            "    load_assignment:\n",
+            "      cluster_name: crawlguard_verifier\n",
+            "      endpoints:\n",
+            "      - lb_endpoints:\n",
+            "        - endpoint:\n",
+            "            address:\n",
+            "              socket_address: {{ address: 127.0.0.1, port_value: {} }}\n",
+        ),
+        port
+    )
+}
+
+/// The fake verifier: a listener whose routes answer the listed claims with fixed verdicts.
+fn verifier_listener(port: u16, verdicts: &[FakeVerdict]) -> String {
+    let mut routes = String::new();
+    for v in verdicts {
+        routes += &format!(
+            concat!(
+                "              - match:\n",
+                "                  path: /v1/verify\n",
+                "                  query_parameters:\n",
+                "                  - name: ip\n",
+                "                    string_match: {{ exact: {ip} }}\n",
+                "                  - name: bot\n",
+                "                    string_match: {{ exact: {bot} }}\n",
+                "                direct_response:\n",
+                "                  status: 200\n",
+                "                  body: {{ inline_string: {body} }}\n",
+                "                response_headers_to_add:\n",
+                "                - header: {{ key: content-type, value: application/json }}\n",
+                "                  append_action: OVERWRITE_IF_EXISTS_OR_ADD\n",
+            ),
+            ip = json_str(&v.ip),
+            bot = json_str(&v.bot),
+            body = json_str(&v.body()),
+        );
+    }
+    format!(
+        concat!(
+            "  - name: fake_verifier\n",
+            "    address:\n",
+            "      socket_address: {{ address: 127.0.0.1, port_value: {port} }}\n",
+            "    filter_chains:\n",
+            "    - filters:\n",
+            "      - name: envoy.filters.network.http_connection_manager\n",
+            "        typed_config:\n",
+            "          \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager\n",
+            "          stat_prefix: fake_verifier\n",
+            "          route_config:\n",
+            "            name: fake_verifier\n",
+            "            virtual_hosts:\n",
+            "            - name: all\n",
+            "              domains: [\"*\"]\n",
+            "              routes:\n",
+            "{routes}",
+            "              - match: {{ prefix: \"/\" }}\n",
+            "                direct_response: {{ status: 404 }}\n",
+            "          http_filters:\n",
+            "          - name: envoy.filters.http.router\n",
+            "            typed_config:\n",
+            "              \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router\n",
+        ),
+        port = port,
+        routes = routes
+    )
 }
 
 /// How a start attempt ended.
@@ -285,7 +567,7 @@ impl Envoy {
             .expect("create temp dir");
         let ports = free_ports();
         let wasm = wasm_path();
-        let yaml = render_config(ports, &wasm, &opts.filter_config.as_string());
+        let yaml = render_config(ports, &wasm, opts);
         let cfg_path = dir.path().join("envoy.yaml");
         std::fs::write(&cfg_path, yaml).expect("write envoy.yaml");
         let log_path = dir.path().join("envoy.log");
@@ -409,6 +691,31 @@ impl Envoy {
             .unwrap_or(0)
     }
 
+    /// The body of an admin `GET path` (e.g. `/memory`); panics on an error status.
+    pub async fn admin_get(&self, path: &str) -> String {
+        let url = format!("{}{}", self.admin_url(), path);
+        self.admin
+            .get(&url)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET admin {path}: {e}"))
+            .error_for_status()
+            .unwrap_or_else(|e| panic!("admin {path}: {e}"))
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("admin {path} body: {e}"))
+    }
+
+    /// Bytes currently allocated by Envoy's heap (admin `/memory`, field `allocated`).
+    pub async fn memory_allocated(&self) -> u64 {
+        let text = self.admin_get("/memory").await;
+        let v: serde_json::Value = serde_json::from_str(&text).expect("admin /memory JSON");
+        let a = &v["allocated"];
+        a.as_u64()
+            .or_else(|| a.as_str().and_then(|s| s.parse().ok()))
+            .unwrap_or_else(|| panic!("no `allocated` in admin /memory: {text}"))
+    }
+
     /// All crawlguard counters, keyed without the wasm prefix (`crawlguard.class....`).
     pub async fn crawlguard_stats(&self) -> HashMap<String, u64> {
         let full = format!("{WASM_STATS_PREFIX}crawlguard.");
@@ -467,6 +774,234 @@ impl Reply {
     /// `Retry-After` parsed as delay-seconds.
     pub fn retry_after_s(&self) -> Option<u64> {
         self.header("retry-after").and_then(|v| v.parse().ok())
+    }
+
+    /// How many times a header occurs.
+    pub fn header_count(&self, name: &str) -> usize {
+        self.headers.get_all(name).iter().count()
+    }
+
+    /// The header names, sorted, each once.
+    pub fn header_names(&self) -> Vec<String> {
+        let mut n: Vec<String> = self.headers.keys().map(|k| k.to_string()).collect();
+        n.sort();
+        n.dedup();
+        n
+    }
+}
+
+/// The `crawlguard-test-upstream` binary: `$CRAWLGUARD_TEST_UPSTREAM`, else next to the
+/// running test executable's directory (`target/<profile>/`, where cargo builds the binaries
+/// of this package before its integration tests). Integration tests of this crate can also
+/// pass `env!("CARGO_BIN_EXE_crawlguard-test-upstream")` to [`TestUpstream::start_bin`].
+pub fn test_upstream_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("CRAWLGUARD_TEST_UPSTREAM") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/<test>-<hash> -> target/<profile>/crawlguard-test-upstream
+    let dir = exe
+        .parent()
+        .and_then(|d| {
+            if d.ends_with("deps") {
+                d.parent()
+            } else {
+                Some(d)
+            }
+        })
+        .expect("test executable directory");
+    dir.join("crawlguard-test-upstream")
+}
+
+/// A running `crawlguard-test-upstream` (HTTP/1.1 and h2c on one loopback port), killed on
+/// drop. See the binary's module documentation for the request parameters.
+pub struct TestUpstream {
+    child: Child,
+    addr: SocketAddr,
+    http: reqwest::Client,
+}
+
+impl TestUpstream {
+    /// Starts the binary found by [`test_upstream_bin`].
+    pub fn start() -> TestUpstream {
+        TestUpstream::start_bin(test_upstream_bin())
+    }
+
+    /// Starts `bin --listen 127.0.0.1:0` and waits (10 s at most) for its
+    /// `listening on ADDR` line.
+    pub fn start_bin(bin: impl AsRef<Path>) -> TestUpstream {
+        let bin = bin.as_ref();
+        assert!(
+            bin.exists(),
+            "{} is missing: build it with `cargo build -p crawlguard-integration --bins` \
+             or set CRAWLGUARD_TEST_UPSTREAM",
+            bin.display()
+        );
+        let mut child = Command::new(bin)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(first)) = lines.next() {
+                let _ = tx.send(first);
+            }
+            // Keep draining so the upstream never blocks on a full pipe.
+            for _ in lines {}
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{} did not say `listening on`: {e}", bin.display());
+            }
+        };
+        let addr: SocketAddr = line
+            .strip_prefix("listening on ")
+            .and_then(|a| a.trim().parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first line from test upstream: {line:?}"));
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("upstream log client");
+        TestUpstream { child, addr, http }
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every request it received (`GET /__upstream/requests`), oldest first, each
+    /// `{"method", "path", "version", "headers": {name: [values]}, "body_bytes_sent"}`.
+    pub async fn requests(&self) -> Vec<serde_json::Value> {
+        let url = format!("http://{}/__upstream/requests", self.addr);
+        let text = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .expect("GET upstream request log")
+            .text()
+            .await
+            .expect("upstream request log body");
+        match serde_json::from_str(&text).expect("upstream request log JSON") {
+            serde_json::Value::Array(a) => a,
+            other => panic!("upstream request log is not an array: {other}"),
+        }
+    }
+}
+
+impl Drop for TestUpstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 client connection (keep-alive), for checks that must stay on one socket.
+/// Understands `content-length` and chunked responses.
+pub struct RawHttp1 {
+    io: tokio::io::BufReader<tokio::net::TcpStream>,
+    host: String,
+}
+
+impl RawHttp1 {
+    /// Connects from `from` (a `127.0.0.x` client address) to `to`.
+    pub async fn connect(from: Ipv4Addr, to: SocketAddr) -> RawHttp1 {
+        let sock = tokio::net::TcpSocket::new_v4().expect("socket");
+        sock.bind(SocketAddr::new(IpAddr::V4(from), 0))
+            .unwrap_or_else(|e| panic!("bind {from}: {e}"));
+        let stream = sock
+            .connect(to)
+            .await
+            .unwrap_or_else(|e| panic!("connect {to}: {e}"));
+        RawHttp1 {
+            io: tokio::io::BufReader::new(stream),
+            host: to.to_string(),
+        }
+    }
+
+    /// Sends `GET path` with a User-Agent and reads the whole response (10 s at most).
+    pub async fn get(&mut self, path: &str, ua: &str) -> Reply {
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nhost: {}\r\nuser-agent: {ua}\r\n\r\n",
+            self.host
+        );
+        tokio::time::timeout(Duration::from_secs(10), async {
+            self.io
+                .get_mut()
+                .write_all(req.as_bytes())
+                .await
+                .expect("write request");
+            self.read_response().await
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no complete response to GET {path} within 10 s"))
+    }
+
+    async fn line(&mut self) -> String {
+        let mut l = String::new();
+        let n = self.io.read_line(&mut l).await.expect("read line");
+        assert!(n > 0, "connection closed by the server");
+        l.trim_end_matches(['\r', '\n']).to_string()
+    }
+
+    async fn read_response(&mut self) -> Reply {
+        let status_line = self.line().await;
+        let status: u16 = status_line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+        let mut headers = HeaderMap::new();
+        loop {
+            let l = self.line().await;
+            if l.is_empty() {
+                break;
+            }
+            let (k, v) = l
+                .split_once(':')
+                .unwrap_or_else(|| panic!("bad header line {l:?}"));
+            headers.append(
+                HeaderName::from_bytes(k.trim().as_bytes()).expect("header name"),
+                HeaderValue::from_str(v.trim()).expect("header value"),
+            );
+        }
+        let chunked = headers
+            .get("transfer-encoding")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"chunked"));
+        let mut body = Vec::new();
+        if chunked {
+            loop {
+                let size = self.line().await;
+                let size = usize::from_str_radix(size.split(';').next().unwrap().trim(), 16)
+                    .unwrap_or_else(|_| panic!("bad chunk size {size:?}"));
+                if size == 0 {
+                    while !self.line().await.is_empty() {}
+                    break;
+                }
+                let mut chunk = vec![0; size + 2];
+                self.io.read_exact(&mut chunk).await.expect("read chunk");
+                body.extend_from_slice(&chunk[..size]);
+            }
+        } else if let Some(len) = headers.get("content-length") {
+            let len: usize = len.to_str().unwrap().parse().expect("content-length");
+            body.resize(len, 0);
+            self.io.read_exact(&mut body).await.expect("read body");
+        }
+        Reply {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
     }
 }
 
@@ -532,3 +1067,24 @@ pub fn by_status(replies: &[Reply]) -> HashMap<u16, usize> {
     }
     m
 }
+
+#[cfg(test)]
+mod tests {
+    use super::FakeVerdict;
+
+    #[test]
+    fn fake_verdict_body_follows_the_verifier_contract() {
+        let v = FakeVerdict::from(("127.0.0.7", "googlebot", "verified"));
+        assert_eq!(
+            v.body(),
+            r#"{"ip":"127.0.0.7","bot":"googlebot","verdict":"verified","method":"fcrdns","host":"crawl-127-0-0-7.googlebot.com","ttl_s":3600}"#
+        );
+        let v = FakeVerdict::from(("127.0.0.8", "gptbot", "spoofed"));
+        assert_eq!(
+            v.body(),
+            r#"{"ip":"127.0.0.8","bot":"gptbot","verdict":"spoofed","method":"fcrdns","host":"","ttl_s":3600}"#
+        );
+    }
+}
+
+pub mod stack;

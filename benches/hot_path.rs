@@ -1,0 +1,57 @@
+//! Host-side microbenchmarks of the per-request work (no Envoy): where the allow path's time
+//! goes between classification and the store. `cargo bench --bench hot_path`; `make bench`
+//! measures the whole filter inside Envoy.
+
+use crawlguard::bucket::NS_PER_S;
+use crawlguard::classify::{builtin_catalog, Class, Classifier};
+use crawlguard::config;
+use crawlguard::engine::{decide, Limiter, Request};
+use crawlguard::store::mem::MemStore;
+use criterion::{criterion_group, criterion_main, Criterion};
+use std::hint::black_box;
+
+const CHROME: &[u8] = b"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36";
+const GOOGLEBOT: &[u8] = b"Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
+const CURL: &[u8] = b"curl/8.5.0";
+
+fn classify(c: &mut Criterion) {
+    let cl = Classifier::new(builtin_catalog());
+    for (name, ua) in [("chrome", CHROME), ("googlebot", GOOGLEBOT), ("curl", CURL)] {
+        c.bench_function(&format!("classify/{name}"), |b| {
+            b.iter(|| black_box(cl.classify(black_box(Some(ua))).class))
+        });
+    }
+}
+
+fn no_headers(_: &str) -> Option<Vec<u8>> {
+    None
+}
+
+fn decide_allow(c: &mut Criterion) {
+    // Two matching limits, as in `make bench` configuration 4.
+    let cfg = config::parse(
+        br#"{"limits":[
+        {"name":"human_per_ip","class":"human","route":"*","rate_per_s":1000000,"burst":1000000,"key":"client_ip"},
+        {"name":"all_global","class":"*","route":"*","rate_per_s":1000000,"burst":1000000,"key":"global"}]}"#,
+    )
+    .expect("valid");
+    let mut lim = Limiter::new(&cfg);
+    let store = MemStore::default();
+    lim.table().precreate(&store).expect("precreate");
+    let req = Request {
+        path: b"/index.html?q=1",
+        remote_address: Some(b"127.0.0.1:50000"),
+        xff: None,
+        header: &no_headers,
+    };
+    let mut now = 1_700_000_000 * NS_PER_S;
+    c.bench_function("decide/allow_two_limits_mem_store", |b| {
+        b.iter(|| {
+            now += 1_000;
+            black_box(decide(&cfg, &mut lim, &store, &req, Class::Human, now, &mut || 0))
+        })
+    });
+}
+
+criterion_group!(benches, classify, decide_allow);
+criterion_main!(benches);
