@@ -11,7 +11,8 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
 
 const CHROME: &[u8] = b"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36";
-const GOOGLEBOT: &[u8] = b"Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
+const GOOGLEBOT: &[u8] =
+    b"Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
 const CURL: &[u8] = b"curl/8.5.0";
 
 fn classify(c: &mut Criterion) {
@@ -48,7 +49,15 @@ fn decide_allow(c: &mut Criterion) {
     c.bench_function("decide/allow_two_limits_mem_store", |b| {
         b.iter(|| {
             now += 1_000;
-            black_box(decide(&cfg, &mut lim, &store, &req, Class::Human, now, &mut || 0))
+            black_box(decide(
+                &cfg,
+                &mut lim,
+                &store,
+                &req,
+                Class::Human,
+                now,
+                &mut || 0,
+            ))
         })
     });
 }
