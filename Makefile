@@ -7,7 +7,7 @@ WASM := target/wasm32-wasip1/release/crawlguard.wasm
 # The real-Envoy tests each start an Envoy; two at a time suits a 2-core machine.
 TEST_THREADS ?= 2
 
-.PHONY: all setup setup-rust build run test test-host test-integration lint clean distclean bench
+.PHONY: all setup setup-rust build run test test-host test-integration test-compose lint clean distclean bench fuzz
 
 all: build
 
@@ -25,16 +25,28 @@ build: setup-rust
 run: setup build
 	@exec scripts/run.sh
 
-## test: host tests of the workspace, then the real-Envoy tests in integration/
+## test: host tests of the workspace (unit, property, real-data), the real-Envoy tests in
+## integration/, then a bounded fuzz run of every parser (FUZZ_SECONDS per target)
+FUZZ_SECONDS ?= 10
 test: setup build
 	$(CARGO) test --workspace --exclude crawlguard-integration
 	$(CARGO) test -p crawlguard-integration -- --test-threads=$(TEST_THREADS)
+	scripts/fuzz.sh $(FUZZ_SECONDS)
+
+## fuzz: longer fuzzing, e.g. make fuzz FUZZ_SECONDS=600
+fuzz: setup-rust
+	scripts/fuzz.sh $(FUZZ_SECONDS)
 
 test-host:
 	$(CARGO) test --workspace --exclude crawlguard-integration
 
 test-integration:
 	$(CARGO) test -p crawlguard-integration -- --test-threads=$(TEST_THREADS)
+
+## test-compose: the docker-compose suite (integration/docker-compose.yml) offline under
+## podman; installs podman, runc, docker-compose, debootstrap when missing (needs root)
+test-compose: setup build
+	CARGO="$(CARGO)" scripts/compose-test.sh
 
 ## bench: throughput/latency vs Envoy's local_ratelimit and a wasm floor, exactness, memory
 ## (a benchmark, not a test): writes bench/results.md

@@ -476,8 +476,12 @@ pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
     let de = &mut serde_json::Deserializer::from_slice(text);
     let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        let path = if path == "." || path == "?" {
+        // serde_path_to_error prints the root as "." or "?" (syntax errors), and an empty
+        // key as nothing; name both so the log line always points somewhere.
+        let path = if path.is_empty() || path == "." || path == "?" {
             "<root>".into()
+        } else if path.ends_with('.') {
+            format!("{path}\"\"")
         } else {
             path
         };
@@ -965,6 +969,10 @@ mod tests {
         );
         let e = parse_err(r#"{"store":{"slotz":1}}"#);
         assert!(e.starts_with("store.slotz: unknown field `slotz`"), "{e}");
+        let e = parse_err(r#"{"":1}"#);
+        assert!(e.starts_with("<root>: unknown field ``"), "{e}");
+        let e = parse_err(r#"{"store":{"":1}}"#);
+        assert!(e.starts_with("store.\"\": unknown field ``"), "{e}");
         let e = parse_err(r#"{"mode":"off"}"#);
         assert!(e.starts_with("mode: unknown variant `off`"), "{e}");
         let e = parse_err(

@@ -138,6 +138,16 @@ pub fn http_date(v: &[u8]) -> Option<u64> {
     if !(1970..=9999).contains(&year) {
         return None;
     }
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let month_days = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if day > month_days {
+        return None;
+    }
     let days = days_from_civil(year, month, day);
     u64::try_from(days)
         .ok()?
@@ -261,6 +271,8 @@ mod tests {
             b"Sun, 06 Nov 1994 08:49:37 PST",
             b"Sun, 06 Foo 1994 08:49:37 GMT",
             b"Sun, 32 Nov 1994 08:49:37 GMT",
+            b"Sat, 31 Feb 2024 08:49:37 GMT",
+            b"Thu, 29 Feb 2023 00:00:00 GMT",
             b"Sun, 06 Nov 1994 25:49:37 GMT",
             b"Sun, 06 Nov 1994 08:49 GMT",
             b"Sun, 06 Nov 99999999999999999999 08:49:37 GMT",
