@@ -7,7 +7,7 @@ WASM := target/wasm32-wasip1/release/crawlguard.wasm
 # The real-Envoy tests each start an Envoy; two at a time suits a 2-core machine.
 TEST_THREADS ?= 2
 
-.PHONY: all setup setup-rust build run test test-host test-integration test-compose lint clean distclean bench fuzz
+.PHONY: all setup setup-rust build build-verifier run test test-host test-integration test-compose lint clean distclean bench fuzz
 
 all: build
 
@@ -21,17 +21,24 @@ setup-rust:
 build: setup-rust
 	$(CARGO) build --release --target wasm32-wasip1 -p crawlguard
 
-## run: Envoy in the foreground on 127.0.0.1:10000 (admin :9901) with envoy/envoy.yaml
-run: setup build
+## build-verifier: the sidecar, target/release/crawlguard-verifier
+build-verifier: setup-rust
+	$(CARGO) build --release -p crawlguard-verifier
+
+## run: the verifier sidecar (127.0.0.1:9090) and Envoy in the foreground on 127.0.0.1:10000
+## (admin :9901) with envoy/envoy.yaml
+run: setup build build-verifier
 	@exec scripts/run.sh
 
 ## test: host tests of the workspace (unit, property, real-data), the real-Envoy tests in
-## integration/, then a bounded fuzz run of every parser (FUZZ_SECONDS per target)
+## integration/, a bounded fuzz run of every parser (FUZZ_SECONDS per target), then the
+## docker-compose suite offline under podman (scripts/compose-test.sh, debug binaries)
 FUZZ_SECONDS ?= 10
 test: setup build
 	$(CARGO) test --workspace --exclude crawlguard-integration
 	$(CARGO) test -p crawlguard-integration -- --test-threads=$(TEST_THREADS)
 	scripts/fuzz.sh $(FUZZ_SECONDS)
+	CARGO="$(CARGO)" CG_PROFILE=debug scripts/compose-test.sh
 
 ## fuzz: longer fuzzing, e.g. make fuzz FUZZ_SECONDS=600
 fuzz: setup-rust

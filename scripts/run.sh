@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
-# `make run`: Envoy in the foreground with envoy/envoy.yaml (crawlguard with its embedded
-# default configuration in front of the demo origin). Expects `make build` to have run.
+# `make run`: the crawlguard-verifier sidecar on 127.0.0.1:9090 and Envoy in the foreground
+# with envoy/envoy.yaml (crawlguard with its embedded default configuration in front of the
+# demo origin). Expects `make build build-verifier` to have run. Ctrl-C stops both.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 WASM=target/wasm32-wasip1/release/crawlguard.wasm
+VERIFIER=target/release/crawlguard-verifier
 [ -f "$WASM" ] || { echo "$WASM is missing: run \`make build\` first" >&2; exit 1; }
+[ -x "$VERIFIER" ] || { echo "$VERIFIER is missing: run \`make build-verifier\` first" >&2; exit 1; }
+
+# The sidecar resolves with the system's resolv.conf; range files can be added with
+# VERIFIER_ARGS="--config verifier/verifier.example.toml".
+"$VERIFIER" --listen 127.0.0.1:9090 ${VERIFIER_ARGS:-} >/dev/null &
+VERIFIER_PID=$!
+trap 'kill "$VERIFIER_PID" 2>/dev/null || true' EXIT INT TERM
 
 CHROME='Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36'
 GOOGLEBOT='Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)'
 cat <<MSG
-crawlguard: Envoy on http://127.0.0.1:10000 (admin http://127.0.0.1:9901), Ctrl-C to stop.
+crawlguard: Envoy on http://127.0.0.1:10000 (admin http://127.0.0.1:9901), verifier sidecar on
+http://127.0.0.1:9090 (/metrics), Ctrl-C to stop both.
 Try, from another terminal:
 
   # a browser: 200, the origin saw x-crawler-class: human
@@ -30,5 +40,8 @@ Try, from another terminal:
   curl -s http://127.0.0.1:9901/stats | grep crawlguard
 
 MSG
-exec .venv/bin/envoy -c envoy/envoy.yaml --concurrency "${ENVOY_CONCURRENCY:-2}" \
-    --component-log-level wasm:debug
+.venv/bin/envoy -c envoy/envoy.yaml --concurrency "${ENVOY_CONCURRENCY:-2}" \
+    --component-log-level wasm:debug &
+ENVOY_PID=$!
+trap 'kill "$ENVOY_PID" "$VERIFIER_PID" 2>/dev/null || true' EXIT INT TERM
+wait "$ENVOY_PID"

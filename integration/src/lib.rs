@@ -364,17 +364,20 @@ fn render_config(ports: Ports, wasm: &Path, opts: &EnvoyOpts) -> String {
             ),
         );
     }
-    if let Some(port) = opts.real_verifier_port {
-        assert!(
-            opts.fake_verifier.is_none(),
-            "a fake or a real verifier, not both"
-        );
-        y = replace_required(
-            &y,
-            "\n  clusters:\n",
-            &format!("\n  clusters:\n{}", verifier_cluster(port)),
-        );
-    }
+    // envoy.yaml's crawlguard_verifier cluster: the real sidecar, the fake verifier's
+    // listener, or (neither) a free port where nothing listens.
+    assert!(
+        opts.real_verifier_port.is_none() || opts.fake_verifier.is_none(),
+        "a fake or a real verifier, not both"
+    );
+    y = replace_required(
+        &y,
+        "port_value: 9090",
+        &format!(
+            "port_value: {}",
+            opts.real_verifier_port.unwrap_or(ports.verifier)
+        ),
+    );
     if let Some(verdicts) = &opts.fake_verifier {
         y = replace_required(
             &y,
@@ -383,11 +386,6 @@ fn render_config(ports: Ports, wasm: &Path, opts: &EnvoyOpts) -> String {
                 "\n  listeners:\n{}",
                 verifier_listener(ports.verifier, verdicts)
             ),
-        );
-        y = replace_required(
-            &y,
-            "\n  clusters:\n",
-            &format!("\n  clusters:\n{}", verifier_cluster(ports.verifier)),
         );
     }
     y
@@ -423,25 +421,6 @@ fn upstream_cluster(up: ExternalUpstream, buffer_limit: Option<u32>) -> String {
         up.addr.port()
     );
     c
-}
-
-/// Cluster `crawlguard_verifier` pointing at the fake verifier listener.
-fn verifier_cluster(port: u16) -> String {
-    format!(
-        concat!(
-            "  - name: crawlguard_verifier\n",
-            "    type: STATIC\n",
-            "    connect_timeout: 1s\n",
-            "    load_assignment:\n",
-            "      cluster_name: crawlguard_verifier\n",
-            "      endpoints:\n",
-            "      - lb_endpoints:\n",
-            "        - endpoint:\n",
-            "            address:\n",
-            "              socket_address: {{ address: 127.0.0.1, port_value: {} }}\n",
-        ),
-        port
-    )
 }
 
 /// The fake verifier: a listener whose routes answer the listed claims with fixed verdicts.
