@@ -7,7 +7,7 @@ WASM := target/wasm32-wasip1/release/crawlguard.wasm
 # The real-Envoy tests each start an Envoy; two at a time suits a 2-core machine.
 TEST_THREADS ?= 2
 
-.PHONY: all setup setup-rust build build-verifier run test test-host test-integration test-compose lint clean distclean bench fuzz
+.PHONY: all setup setup-rust build build-verifier run test test-host test-integration test-compose lint clean distclean bench fuzz soak
 
 all: build
 
@@ -60,6 +60,13 @@ test-compose: setup build
 bench: setup build
 	@command -v wrk >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
 	python3 bench/bench.py $(BENCH_ARGS)
+
+## soak: 10 minutes of steady mixed load; 0 errors and flat RSS expected; appended to
+## bench/results.md
+SOAK_SECONDS ?= 600
+soak: setup build
+	@command -v wrk >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+	python3 bench/bench.py --soak $(SOAK_SECONDS)
 
 ## lint: formatting and clippy (host, all targets; and the filter for wasm32-wasip1)
 lint: setup-rust

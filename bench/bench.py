@@ -420,6 +420,89 @@ def memory(tmp, requests=1_000_000):
         upstream.stop()
 
 
+SOAK_LUA = """
+-- Steady mixed load: browsers, a (fake-)verified Googlebot, scripts, spoofed crawler claims,
+-- from a pool of client addresses (x-forwarded-for), over a few paths incl. robots.txt.
+local uas = {
+  "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36",
+  "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_4) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Safari/605.1.15",
+  "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+  "curl/8.5.0",
+  "python-requests/2.31.0",
+  "Mozilla/5.0 (compatible; GPTBot/1.2; +https://openai.com/gptbot)",
+}
+local paths = {"/", "/a/page", "/api/items?id=7", "/robots.txt", "/sitemap.xml", "/img/x.png"}
+local n = 0
+function request()
+  n = n + 1
+  local ua = uas[(n % #uas) + 1]
+  local ip = "127.0.0.1"
+  if ua:find("Googlebot") == nil then
+    local v = (n * 7919) % 5000
+    ip = string.format("127.1.%d.%d", (v // 250) % 256, v % 250 + 1)
+  end
+  return wrk.format("GET", paths[(n % #paths) + 1], {["User-Agent"] = ua, ["X-Forwarded-For"] = ip})
+end
+"""
+
+
+def soak(tmp, seconds, out_path):
+    """`make soak`: steady mixed load for `seconds`; 0 errors and flat RSS expected."""
+    origin_port, verifier_port = free_port(), free_port()
+    upstream = Envoy(upstream_yaml(origin_port, verifier_port), 1, tmp, "upstream-soak")
+    script = os.path.join(tmp, "soak.lua")
+    with open(script, "w") as f:
+        f.write(SOAK_LUA)
+    try:
+        port = free_port()
+        cfg = json.dumps({"client_ip": {"source": "xff", "xff_trusted_hops": 1}})
+        env = Envoy(front_yaml(port, origin_port, verifier_port, wasm_filter(CG_WASM, cfg)),
+                    2, tmp, "soak")
+        try:
+            url = f"http://127.0.0.1:{port}/"
+            wrk(url, UA_CHROME, 5, 16, script=script)  # warm-up
+            samples = [(0, env.rss_kib())]
+            t0 = time.time()
+            requests = 0
+            socket_errors = 0
+            while time.time() - t0 < seconds:
+                chunk = min(30, max(1, int(seconds - (time.time() - t0))))
+                res = wrk(url, UA_CHROME, chunk, 16, script=script)
+                requests += res["requests"]
+                samples.append((round(time.time() - t0), env.rss_kib()))
+                print(f"  soak t={samples[-1][0]}s rss={samples[-1][1]} KiB "
+                      f"requests={requests}", flush=True)
+            st = env.stats()
+            fivexx = st.get("http.main.downstream_rq_5xx", 0)
+            rss = [r for _, r in samples]
+            # Envoy's own counters, warm-up included, so the columns add up.
+            requests = st.get("http.main.downstream_rq_total", requests)
+            row = {"seconds": seconds, "requests": requests, "downstream_5xx": fivexx,
+                   "rss_start_kib": rss[0], "rss_end_kib": rss[-1],
+                   "rss_max_kib": max(rss), "samples": samples,
+                   "limited": sum(v for k, v in st.items() if k.endswith(".limited")
+                                  and "class" in k),
+                   "fail_open": sum(v for k, v in st.items() if k.endswith(".fail_open"))}
+        finally:
+            env.stop()
+    finally:
+        upstream.stop()
+    lines = ["", f"## Soak ({datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')})",
+             "", f"`make soak`: {seconds} s of steady mixed load (browsers, verified Googlebot, "
+             "scripts, GPTBot claims; 5,000 client addresses via x-forwarded-for; 6 paths incl. "
+             "robots.txt), wrk 2 threads x 16 connections, Envoy concurrency 2, default limits.", "",
+             "| requests (incl. 5 s warm-up) | 5xx | rejections (429) | fail_open | RSS start | RSS end | RSS max |",
+             "|---|---|---|---|---|---|---|",
+             f"| {row['requests']} | {row['downstream_5xx']} | {row['limited']} | "
+             f"{row['fail_open']} | {row['rss_start_kib']} KiB | {row['rss_end_kib']} KiB | "
+             f"{row['rss_max_kib']} KiB |", "",
+             "RSS samples (s, KiB): " + ", ".join(f"{t}:{r}" for t, r in samples), ""]
+    with open(out_path, "a") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+    return row
+
+
 def machine():
     cpu = ""
     try:
@@ -513,6 +596,8 @@ def main():
     ap.add_argument("--duration", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="1 round of 3 s, no memory run")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results.md"))
+    ap.add_argument("--soak", type=int, metavar="SECONDS",
+                    help="only the soak run, appended to --out")
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.duration = 1, 3
@@ -524,6 +609,9 @@ def main():
     sh(["cargo", "build", "-q", "--release", "--target", "wasm32-wasip1", "--manifest-path",
         "bench/ua-only/Cargo.toml", "--target-dir", "target/bench"], cwd=ROOT)
     with tempfile.TemporaryDirectory(prefix="cg-bench-") as tmp:
+        if args.soak:
+            row = soak(tmp, args.soak, args.out)
+            sys.exit(0 if row["downstream_5xx"] == 0 else 1)
         print("throughput:", flush=True)
         results = throughput(tmp, args.rounds, args.duration, [1, 2])
         print("exactness:", flush=True)
