@@ -57,7 +57,7 @@ test-compose: setup build
 
 ## bench: throughput/latency vs Envoy's local_ratelimit and a wasm floor, exactness, memory
 ## (a benchmark, not a test): writes bench/results.md
-bench: setup build
+bench: setup build build-verifier
 	@command -v wrk >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
 	python3 bench/bench.py $(BENCH_ARGS)
 

@@ -373,7 +373,7 @@ end
 function request()
   n = n + 1
   local v = base + n
-  local ip = string.format("127.%d.%d.%d", (v // 65536) % 256, (v // 256) % 256, v % 256)
+  local ip = string.format("127.%d.%d.%d", math.floor(v / 65536) % 256, math.floor(v / 256) % 256, v % 256)
   return wrk.format("GET", "/", {["X-Forwarded-For"] = ip})
 end
 """
@@ -439,7 +439,7 @@ function request()
   local ip = "127.0.0.1"
   if ua:find("Googlebot") == nil then
     local v = (n * 7919) % 5000
-    ip = string.format("127.1.%d.%d", (v // 250) % 256, v % 250 + 1)
+    ip = string.format("127.1.%d.%d", math.floor(v / 250) % 256, v % 250 + 1)
   end
   return wrk.format("GET", paths[(n % #paths) + 1], {["User-Agent"] = ua, ["X-Forwarded-For"] = ip})
 end
@@ -503,6 +503,83 @@ def soak(tmp, seconds, out_path):
     return row
 
 
+VERIFIER_BIN = os.path.join(ROOT, "target/release/crawlguard-verifier")
+
+MISS_LUA = """
+-- Every request a GPTBot claim from a new address (x-forwarded-for): a verdict-cache miss,
+-- so each one pauses for the callout to the sidecar (which answers from its range file).
+local n = 0
+local base = 0
+function setup(thread)
+  thread:set("base", base)
+  base = base + 4000000
+end
+function request()
+  n = n + 1
+  local v = base + n
+  local ip = string.format("127.%d.%d.%d", math.floor(v / 65536) % 256, math.floor(v / 256) % 256, v % 256 + 0)
+  return wrk.format("GET", "/", {["X-Forwarded-For"] = ip})
+end
+"""
+
+
+def verifier_latency(tmp, duration):
+    """Sidecar latency on cache hits, and the filter's added latency on verdict misses."""
+    if not os.path.exists(VERIFIER_BIN):
+        print("  (no release verifier: run `make build-verifier`)")
+        return None
+    ranges = os.path.join(tmp, "loopback-ranges.json")
+    with open(ranges, "w") as f:
+        json.dump({"creationTime": "2026-11-30T00:00:00", "prefixes": [{"ipv4Prefix": "127.0.0.0/8"}]}, f)
+    conf = os.path.join(tmp, "verifier.toml")
+    with open(conf, "w") as f:
+        f.write(f'[[bots]]\nid = "gptbot"\nranges = ["{ranges}"]\n')
+    vport = free_port()
+    cmd = [VERIFIER_BIN, "--listen", f"127.0.0.1:{vport}", "--config", conf, "--log-level", "warn"]
+    COMMANDS.append(" ".join(cmd))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        if "listening on" not in line:
+            raise RuntimeError(f"verifier did not start: {line!r}")
+        hit_url = f"http://127.0.0.1:{vport}/v1/verify?ip=127.0.0.1&bot=gptbot"
+        http_get(hit_url)
+        hits = wrk(hit_url, "bench", duration, 16)
+        origin_port = free_port()
+        upstream = Envoy(upstream_yaml(origin_port, free_port()), 1, tmp, "upstream-verify")
+        script = os.path.join(tmp, "miss.lua")
+        with open(script, "w") as f:
+            f.write(MISS_LUA)
+        ua_gptbot = "Mozilla/5.0 (compatible; GPTBot/1.2; +https://openai.com/gptbot)"
+        try:
+            rows = {}
+            for name, use_script in (("warm (one address)", False), ("miss (new address each)", True)):
+                port = free_port()
+                cfg = json.dumps({"client_ip": {"source": "xff", "xff_trusted_hops": 1},
+                                  "verifier": {"timeout_ms": 500},
+                                  "limits": [limit("t", "*", BIG, BIG, "global")]})
+                env = Envoy(front_yaml(port, origin_port, vport, wasm_filter(CG_WASM, cfg)),
+                            1, tmp, "verify-" + ("miss" if use_script else "warm"))
+                try:
+                    url = f"http://127.0.0.1:{port}/"
+                    wrk(url, ua_gptbot, 1, 4, script=script if use_script else None)
+                    res = wrk(url, ua_gptbot, duration, 4, script=script if use_script else None)
+                    st = env.stats()
+                    res["verified"] = st.get("wasmcustom.crawlguard.verify.verified", 0)
+                    res["errors"] = st.get("wasmcustom.crawlguard.verify.error", 0)
+                    res["misses"] = st.get("wasmcustom.crawlguard.verify.cache_miss", 0)
+                    rows[name] = res
+                finally:
+                    env.stop()
+        finally:
+            upstream.stop()
+        print(f"  verifier hits: {hits}; filter: {rows}", flush=True)
+        return {"hits": hits, "filter": rows}
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
 def machine():
     cpu = ""
     try:
@@ -518,7 +595,7 @@ def machine():
             "ua_only.wasm bytes": os.path.getsize(FLOOR_WASM)}
 
 
-def write_results(path, results, exact_rows, mem_row, args):
+def write_results(path, results, exact_rows, mem_row, args, ver=None):
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("rps", "p50_ms", "p99_ms")}
            for k, v in results.items()}
     lines = ["# crawlguard benchmark results", "",
@@ -582,6 +659,18 @@ def write_results(path, results, exact_rows, mem_row, args):
     def template(c):
         c = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", c)
         return re.sub(r"/tmp/cg-bench-[^/]+/", "$TMP/", c)
+    if ver:
+        h = ver["hits"]
+        lines += ["", "Verifier: the sidecar alone on cache hits (wrk 16 connections on "
+                  "/v1/verify), and the filter with a GPTBot claim (range-verified by the "
+                  "sidecar), Envoy concurrency 1, 4 connections: warm verdict cache vs. a "
+                  "cache miss on every request (timeout_ms 500):", "",
+                  "| measurement | req/s | p50 ms | p99 ms | notes |", "|---|---|---|---|---|",
+                  f"| sidecar, cache hit | {h['rps']:.0f} | {h['p50_ms']:.3f} | {h['p99_ms']:.3f} | |"]
+        for name, r in ver["filter"].items():
+            lines.append(f"| filter, {name} | {r['rps']:.0f} | {r['p50_ms']:.3f} | "
+                         f"{r['p99_ms']:.3f} | misses {r['misses']}, verified {r['verified']}, "
+                         f"errors {r['errors']} |")
     lines += ["", "Commands (as run; PORT = a free port, $TMP/*.yaml = the generated configs, "
               "see bench/bench.py):", "", "```"] + sorted({template(c) for c in COMMANDS}) + [
               "```", ""]
@@ -617,7 +706,9 @@ def main():
         print("exactness:", flush=True)
         exact_rows = exactness(tmp, [2, 4])
         mem_row = None if args.quick else memory(tmp)
-        write_results(args.out, results, exact_rows, mem_row, args)
+        print("verifier:", flush=True)
+        ver = verifier_latency(tmp, args.duration)
+        write_results(args.out, results, exact_rows, mem_row, args, ver)
 
 
 if __name__ == "__main__":
