@@ -13,6 +13,7 @@
 //! external origin (usually a [`TestUpstream`], the scriptable `crawlguard-test-upstream`
 //! binary of this crate) over HTTP/1.1 or h2c; [`EnvoyOpts::buffer_limit`] sets
 //! `per_connection_buffer_limit_bytes` on the main listener and that upstream cluster;
+//! [`EnvoyOpts::max_request_headers_kb`] raises the main listener's request header limit;
 //! [`EnvoyOpts::fake_verifier`] adds a `crawlguard_verifier` cluster answered by an extra
 //! listener of the same Envoy with fixed verdicts. [`RawHttp1`] speaks HTTP/1.1 on one TCP
 //! connection, for keep-alive checks.
@@ -221,6 +222,12 @@ pub struct EnvoyOpts {
     /// A real verifier: cluster `crawlguard_verifier` -> `127.0.0.1:<port>` (the sidecar
     /// started by [`stack::Sidecar`]). `None`: no such cluster.
     pub real_verifier_port: Option<u16>,
+    /// `max_request_headers_kb` of the main listener's HTTP connection manager (Envoy's
+    /// default, 60 KiB, when `None`).
+    pub max_request_headers_kb: Option<u32>,
+    /// The shipped Envoy configuration rendered for the test, relative to the repository
+    /// root (default `envoy/envoy.yaml`; e.g. `envoy/envoy-local-ratelimit.yaml`).
+    pub template: &'static str,
 }
 
 impl Default for EnvoyOpts {
@@ -232,6 +239,8 @@ impl Default for EnvoyOpts {
             buffer_limit_bytes: None,
             fake_verifier: None,
             real_verifier_port: None,
+            max_request_headers_kb: None,
+            template: "envoy/envoy.yaml",
         }
     }
 }
@@ -267,6 +276,19 @@ impl EnvoyOpts {
     /// Points cluster `crawlguard_verifier` at a real verifier on `127.0.0.1:<port>`.
     pub fn real_verifier(mut self, port: u16) -> Self {
         self.real_verifier_port = Some(port);
+        self
+    }
+
+    /// Renders another shipped configuration (same listeners, ports and clusters as
+    /// `envoy/envoy.yaml`), e.g. `envoy/envoy-local-ratelimit.yaml`.
+    pub fn template(mut self, path: &'static str) -> Self {
+        self.template = path;
+        self
+    }
+
+    /// Sets `max_request_headers_kb` on the main listener's HTTP connection manager.
+    pub fn max_request_headers_kb(mut self, kb: u32) -> Self {
+        self.max_request_headers_kb = Some(kb);
         self
     }
 }
@@ -312,7 +334,7 @@ fn replace_required(text: &str, from: &str, to: &str) -> String {
 /// configuration, and the optional upstream, buffer limit and fake verifier.
 fn render_config(ports: Ports, wasm: &Path, opts: &EnvoyOpts) -> String {
     let filter_config = &opts.filter_config.as_string();
-    let template_path = repo_root().join("envoy/envoy.yaml");
+    let template_path = repo_root().join(opts.template);
     let template = std::fs::read_to_string(&template_path)
         .unwrap_or_else(|e| panic!("read {}: {e}", template_path.display()));
     let mut y = template;
@@ -347,6 +369,13 @@ fn render_config(ports: Ports, wasm: &Path, opts: &EnvoyOpts) -> String {
             &y,
             "  - name: main\n",
             &format!("  - name: main\n    per_connection_buffer_limit_bytes: {limit}\n"),
+        );
+    }
+    if let Some(kb) = opts.max_request_headers_kb {
+        y = replace_required(
+            &y,
+            "          stat_prefix: main\n",
+            &format!("          stat_prefix: main\n          max_request_headers_kb: {kb}\n"),
         );
     }
     if let Some(up) = opts.upstream {
