@@ -353,18 +353,17 @@ impl Filter {
             &cfg.class_header,
             Some(class.as_str().as_bytes()),
         );
-        match host::send_local_response(
-            rej.status,
-            respond::DETAILS_LIMITED,
-            &rej.headers,
-            rej.body.as_bytes(),
-        ) {
-            Ok(()) => {
-                self.local_reply = true;
-                Action::Pause
-            }
-            Err(_) => self.forward(cfg, class),
+        match self.reply(&rej, respond::DETAILS_LIMITED) {
+            Some(action) => action,
+            None => self.forward(cfg, class),
         }
+    }
+
+    /// Sends `rej` as a local reply; `None` if the host refused (the caller fails open).
+    fn reply(&mut self, rej: &respond::Rejection, details: &str) -> Option<Action> {
+        host::send_local_response(rej.status, details, &rej.headers, rej.body.as_bytes()).ok()?;
+        self.local_reply = true;
+        Some(Action::Pause)
     }
 
     /// Replaces an upstream rejection (or a degraded page for a crawler) with crawlguard's
@@ -425,18 +424,8 @@ impl Filter {
             plan.fixes
         );
         let rej = respond::rejection(plan.status, plan.retry_after_s, None);
-        match host::send_local_response(
-            rej.status,
-            respond::DETAILS_NORMALISED,
-            &rej.headers,
-            rej.body.as_bytes(),
-        ) {
-            Ok(()) => {
-                self.local_reply = true;
-                Action::Pause
-            }
-            Err(_) => Action::Continue,
-        }
+        self.reply(&rej, respond::DETAILS_NORMALISED)
+            .unwrap_or(Action::Continue)
     }
 
     /// Lets the request go upstream, annotated with its class.

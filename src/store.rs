@@ -125,15 +125,25 @@ impl SlotTable {
             owner: NO_OWNER,
             state: BucketState::default(),
         });
-        let mut created = 0;
-        for key in &self.keys {
-            if store.get(key)?.is_none() {
-                store.set(key, &empty, 0)?;
-                created += 1;
-            }
-        }
-        Ok(created)
+        precreate_keys(store, &self.keys, &empty)
     }
+}
+
+/// Writes `empty` to every key of `keys` that is absent; existing keys are left alone.
+/// Returns how many were created. Pre-created keys make every later write CAS-checked.
+pub fn precreate_keys(
+    store: &dyn SharedData,
+    keys: &[String],
+    empty: &[u8],
+) -> Result<usize, StoreError> {
+    let mut created = 0;
+    for key in keys {
+        if store.get(key)?.is_none() {
+            store.set(key, empty, 0)?;
+            created += 1;
+        }
+    }
+    Ok(created)
 }
 
 /// Why a charge did not use the shared store (each is counted).

@@ -219,15 +219,7 @@ impl VerdictCache {
     /// Creates every missing slot empty, so that [`VerdictCache::mark_in_flight`] is always
     /// CAS-checked (Envoy ignores the CAS of a write to an absent key). Returns slots created.
     pub fn precreate(&self, store: &dyn SharedData) -> Result<usize, StoreError> {
-        let empty = encode_verdict_slot(0, 0, 0);
-        let mut created = 0;
-        for key in &self.keys {
-            if store.get(key)?.is_none() {
-                store.set(key, &empty, 0)?;
-                created += 1;
-            }
-        }
-        Ok(created)
+        crate::store::precreate_keys(store, &self.keys, &encode_verdict_slot(0, 0, 0))
     }
 
     /// Looks up claim `fp` at `now_ns`. Store errors read as a miss with CAS 0.
