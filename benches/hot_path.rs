@@ -24,8 +24,8 @@ fn classify(c: &mut Criterion) {
     }
 }
 
-fn no_headers(_: &str) -> Option<Vec<u8>> {
-    None
+fn no_headers(_: &str) -> Vec<Vec<u8>> {
+    Vec::new()
 }
 
 fn decide_allow(c: &mut Criterion) {

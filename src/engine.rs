@@ -22,8 +22,9 @@ pub struct Request<'a> {
     pub remote_address: Option<&'a [u8]>,
     /// `x-forwarded-for` value, if any.
     pub xff: Option<&'a [u8]>,
-    /// Lookup of other request headers (lowercase name), for `header:<name>` keys.
-    pub header: &'a dyn Fn(&str) -> Option<Vec<u8>>,
+    /// Every value (one per header line, in order) of a request header (lowercase name),
+    /// for `header:<name>` keys; empty when absent.
+    pub header: &'a dyn Fn(&str) -> Vec<Vec<u8>>,
 }
 
 /// How a request over a limit is answered.
@@ -133,7 +134,29 @@ enum KeyPart<'a> {
     Ip(std::net::IpAddr),
     UnknownIp,
     Global,
+    /// One value of the key header; `None` = absent or blank.
     Header(Option<&'a [u8]>),
+    /// More than [`MAX_KEY_VALUES`] distinct values: one shared bucket for all such requests.
+    TooManyValues,
+}
+
+/// Most distinct values of a key header charged per request. A request listing more shares
+/// one bucket with every other such request, so padding cannot hide a key.
+pub const MAX_KEY_VALUES: usize = 16;
+
+/// The distinct values of a key header: every line, split on commas (RFC 9110 section 5.3
+/// list syntax), trimmed, blanks dropped, in first-seen order. A request that repeats the
+/// header (or lists several values) is charged once per distinct value, so a client cannot
+/// slip an exhausted key past the limit behind a fresh one.
+pub fn key_values(lines: &[Vec<u8>]) -> Vec<&[u8]> {
+    let mut out: Vec<&[u8]> = Vec::new();
+    for part in lines.iter().flat_map(|l| l.split(|b| *b == b',')) {
+        let v = part.trim_ascii();
+        if !v.is_empty() && !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
 }
 
 /// Strips the query string (and fragment) from `:path`.
@@ -175,52 +198,69 @@ pub fn decide(
         if limit.class.is_some_and(|c| c != class) || limit.route.is_some_and(|r| r != route) {
             continue;
         }
-        let header_value;
-        let key = match &limit.key {
-            KeyKind::Global => KeyPart::Global,
+        let header_lines;
+        let keys: Vec<KeyPart<'_>> = match &limit.key {
+            KeyKind::Global => vec![KeyPart::Global],
             KeyKind::ClientIp => {
                 let ip = *ip.get_or_insert_with(|| {
                     client_ip::client_ip(&cfg.client_ip, req.remote_address, req.xff)
                         .map(|a| client_ip::masked(a, &cfg.client_ip))
                 });
-                ip.map_or(KeyPart::UnknownIp, KeyPart::Ip)
+                vec![ip.map_or(KeyPart::UnknownIp, KeyPart::Ip)]
             }
             KeyKind::Header(name) => {
-                header_value = (req.header)(name);
-                KeyPart::Header(header_value.as_deref())
+                header_lines = (req.header)(name);
+                let values = key_values(&header_lines);
+                match values.len() {
+                    0 => vec![KeyPart::Header(None)],
+                    n if n > MAX_KEY_VALUES => vec![KeyPart::TooManyValues],
+                    _ => values
+                        .into_iter()
+                        .map(|v| KeyPart::Header(Some(v)))
+                        .collect(),
+                }
             }
         };
-        let fp = limiter.fingerprint(&limit.name, &key);
-        let c = store::charge(
-            &limiter.table,
-            store,
-            &mut limiter.local,
-            fp,
-            now_ns,
-            limit.rate,
-        );
-        match c.fallback {
-            None => {}
-            Some(Fallback::StoreError) => events.errors += 1,
-            Some(Fallback::CasExhausted) => events.cas_exhausted += 1,
-            Some(Fallback::Collision) => events.collisions += 1,
-            Some(Fallback::CorruptSlot) => events.corrupt += 1,
-        }
-        match c.take {
-            Take::Allowed { .. } => charged.push((fp, i, c)),
-            Take::Limited { wait_ns } => {
-                let policy = cfg.policy(class);
-                let reject = Reject {
-                    limit: i,
-                    status: policy.reject_status,
-                    retry_after_s: respond::retry_after_s(wait_ns, &policy.retry_after, random()),
-                };
-                decision = match cfg.mode {
-                    Mode::Enforce => Decision::Limited(reject),
-                    Mode::Shadow => Decision::ShadowLimited(reject),
-                };
-                break;
+        for key in &keys {
+            let fp = limiter.fingerprint(&limit.name, key);
+            let c = store::charge(
+                &limiter.table,
+                store,
+                &mut limiter.local,
+                fp,
+                now_ns,
+                limit.rate,
+            );
+            match c.fallback {
+                None => {}
+                Some(Fallback::StoreError) => events.errors += 1,
+                Some(Fallback::CasExhausted) => events.cas_exhausted += 1,
+                Some(Fallback::Collision) => events.collisions += 1,
+                Some(Fallback::CorruptSlot) => events.corrupt += 1,
             }
+            match c.take {
+                Take::Allowed { .. } => charged.push((fp, i, c)),
+                Take::Limited { wait_ns } => {
+                    let policy = cfg.policy(class);
+                    let reject = Reject {
+                        limit: i,
+                        status: policy.reject_status,
+                        retry_after_s: respond::retry_after_s(
+                            wait_ns,
+                            &policy.retry_after,
+                            random(),
+                        ),
+                    };
+                    decision = match cfg.mode {
+                        Mode::Enforce => Decision::Limited(reject),
+                        Mode::Shadow => Decision::ShadowLimited(reject),
+                    };
+                    break;
+                }
+            }
+        }
+        if decision != Decision::Allowed {
+            break;
         }
     }
     if decision != Decision::Allowed {
@@ -254,8 +294,8 @@ mod tests {
 
     const T0: u64 = 1_700_000_000 * NS_PER_S;
 
-    fn no_headers(_: &str) -> Option<Vec<u8>> {
-        None
+    fn no_headers(_: &str) -> Vec<Vec<u8>> {
+        Vec::new()
     }
 
     fn req<'a>(path: &'a str, remote: &'a str) -> Request<'a> {
@@ -411,9 +451,21 @@ mod tests {
         let (cfg, mut lim, store) = setup(
             r#"{"limits":[{"name":"k","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"header:x-api-key"}]}"#,
         );
-        let key_a = |n: &str| (n == "x-api-key").then(|| b"a".to_vec());
-        let key_b = |n: &str| (n == "x-api-key").then(|| b"b".to_vec());
-        let mk = |h: &'static dyn Fn(&str) -> Option<Vec<u8>>| Request {
+        let key_a = |n: &str| {
+            if n == "x-api-key" {
+                vec![b"a".to_vec()]
+            } else {
+                vec![]
+            }
+        };
+        let key_b = |n: &str| {
+            if n == "x-api-key" {
+                vec![b"b".to_vec()]
+            } else {
+                vec![]
+            }
+        };
+        let mk = |h: &'static dyn Fn(&str) -> Vec<Vec<u8>>| Request {
             path: b"/",
             remote_address: Some(b"1.1.1.1:1"),
             xff: None,
@@ -434,6 +486,58 @@ mod tests {
             count_allowed(&cfg, &mut lim, &store, &rn, Class::Human, 5),
             2
         );
+        // An exhausted key listed behind a fresh one (second line, or comma list) is still
+        // charged: the request is rejected and the fresh key keeps its tokens.
+        let lines = |v: &'static [&'static [u8]]| {
+            move |n: &str| -> Vec<Vec<u8>> {
+                if n == "x-api-key" {
+                    v.iter().map(|b| b.to_vec()).collect()
+                } else {
+                    vec![]
+                }
+            }
+        };
+        let rp = mk(Box::leak(Box::new(lines(&[b"fresh", b"a"]))));
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &rp, Class::Human, 3),
+            0
+        );
+        let rl = mk(Box::leak(Box::new(lines(&[b" fresh , , a "]))));
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &rl, Class::Human, 3),
+            0
+        );
+        let rf = mk(Box::leak(Box::new(lines(&[b"fresh"]))));
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &rf, Class::Human, 5),
+            2
+        );
+        // A blank header is the same key as a missing one (exhausted above).
+        let rb = mk(Box::leak(Box::new(lines(&[b"  "]))));
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &rb, Class::Human, 2),
+            0
+        );
+        // Padding past MAX_KEY_VALUES lands in one shared bucket (burst 2), not a fresh one.
+        let many: &'static [&'static [u8]] = Box::leak(
+            (0..=MAX_KEY_VALUES)
+                .map(|i| &*Box::leak(format!("k{i}").into_bytes().into_boxed_slice()))
+                .collect::<Vec<&'static [u8]>>()
+                .into_boxed_slice(),
+        );
+        let rm = mk(Box::leak(Box::new(lines(many))));
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &rm, Class::Human, 5),
+            2
+        );
+    }
+
+    #[test]
+    fn key_values_split_dedupe_and_trim() {
+        let lines = vec![b"a, b".to_vec(), b" a ,c,,".to_vec(), b"".to_vec()];
+        assert_eq!(key_values(&lines), vec![&b"a"[..], b"b", b"c"]);
+        assert!(key_values(&[]).is_empty());
+        assert!(key_values(&[b" , ".to_vec()]).is_empty());
     }
 
     #[test]

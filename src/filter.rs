@@ -91,6 +91,19 @@ fn header(name: &str) -> Option<Vec<u8>> {
         .flatten()
 }
 
+/// Every line of request header `name` (Envoy hands single-value reads only the first line;
+/// a key header must be seen whole). One host call, made only for `header:<name>` keys.
+fn header_lines(name: &str) -> Vec<Vec<u8>> {
+    hostcalls::get_map_bytes(MapType::HttpRequestHeaders)
+        .map(|m| {
+            m.into_iter()
+                .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn remote_address() -> Option<Vec<u8>> {
     hostcalls::get_property(vec!["source", "address"])
         .ok()
@@ -302,7 +315,7 @@ impl Filter {
             path: &path,
             remote_address: remote.as_deref(),
             xff: xff.as_deref(),
-            header: &header,
+            header: &header_lines,
         };
         let out = match sh.limiter.try_borrow_mut() {
             Ok(mut lim) => engine::decide(

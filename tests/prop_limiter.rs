@@ -321,8 +321,8 @@ fn reqs() -> impl Strategy<Value = Vec<Req>> {
     prop::collection::vec(r, 1..200)
 }
 
-fn no_headers(_: &str) -> Option<Vec<u8>> {
-    None
+fn no_headers(_: &str) -> Vec<Vec<u8>> {
+    Vec::new()
 }
 
 fn fault() -> impl Strategy<Value = Fault> {
