@@ -363,6 +363,13 @@ def exactness(tmp, concurrencies, seconds=10, rate=20.0, burst=50, clients=32):
 
 
 XFF_LUA = """
+-- wrk.format with a header table replaces wrk.headers (the -H headers): merge them.
+function with_xff(ip)
+  local h = {}
+  for k, v in pairs(wrk.headers) do h[k] = v end
+  h["X-Forwarded-For"] = ip
+  return h
+end
 -- Every request from a new client address 127.x.y.z, via x-forwarded-for.
 local n = 0
 local base = 0
@@ -374,7 +381,7 @@ function request()
   n = n + 1
   local v = base + n
   local ip = string.format("127.%d.%d.%d", math.floor(v / 65536) % 256, math.floor(v / 256) % 256, v % 256)
-  return wrk.format("GET", "/", {["X-Forwarded-For"] = ip})
+  return wrk.format("GET", "/", with_xff(ip))
 end
 """
 
@@ -506,6 +513,13 @@ def soak(tmp, seconds, out_path):
 VERIFIER_BIN = os.path.join(ROOT, "target/release/crawlguard-verifier")
 
 MISS_LUA = """
+-- wrk.format with a header table replaces wrk.headers (the -H headers): merge them.
+function with_xff(ip)
+  local h = {}
+  for k, v in pairs(wrk.headers) do h[k] = v end
+  h["X-Forwarded-For"] = ip
+  return h
+end
 -- Every request a GPTBot claim from a new address (x-forwarded-for): a verdict-cache miss,
 -- so each one pauses for the callout to the sidecar (which answers from its range file).
 local n = 0
@@ -518,7 +532,7 @@ function request()
   n = n + 1
   local v = base + n
   local ip = string.format("127.%d.%d.%d", math.floor(v / 65536) % 256, math.floor(v / 256) % 256, v % 256 + 0)
-  return wrk.format("GET", "/", {["X-Forwarded-For"] = ip})
+  return wrk.format("GET", "/", with_xff(ip))
 end
 """
 
@@ -671,6 +685,10 @@ def write_results(path, results, exact_rows, mem_row, args, ver=None):
             lines.append(f"| filter, {name} | {r['rps']:.0f} | {r['p50_ms']:.3f} | "
                          f"{r['p99_ms']:.3f} | misses {r['misses']}, verified {r['verified']}, "
                          f"errors {r['errors']} |")
+    profile = os.path.join(ROOT, "bench/profile.md")
+    if os.path.exists(profile):
+        with open(profile) as f:
+            lines += [""] + f.read().rstrip().splitlines()
     lines += ["", "Commands (as run; PORT = a free port, $TMP/*.yaml = the generated configs, "
               "see bench/bench.py):", "", "```"] + sorted({template(c) for c in COMMANDS}) + [
               "```", ""]
