@@ -29,7 +29,8 @@ Try, from another terminal:
   # a curl flood (class script): 200s, then 429s with Retry-After
   for i in \$(seq 100); do curl -s -o /dev/null -w '%{http_code} ' http://127.0.0.1:10000/; done; echo
 
-  # a Googlebot claim (unverified_bot until verified), and a rejection in full
+  # a Googlebot claim: checked by the verifier; from 127.0.0.1 it is spoofed (loopback is
+  # never a crawler's address), so it gets the strict spoofed limit; a rejection in full
   for i in \$(seq 30); do curl -s -o /dev/null -w '%{http_code} ' -A '$GOOGLEBOT' http://127.0.0.1:10000/; done; echo
   curl -si -A '$GOOGLEBOT' http://127.0.0.1:10000/
 
@@ -37,11 +38,11 @@ Try, from another terminal:
   curl -si http://127.0.0.1:10000/robots.txt
 
   # what crawlguard counted
-  curl -s http://127.0.0.1:9901/stats | grep crawlguard
+  curl -s 'http://127.0.0.1:9901/stats?filter=wasmcustom.crawlguard'
 
 MSG
 .venv/bin/envoy -c envoy/envoy.yaml --concurrency "${ENVOY_CONCURRENCY:-2}" \
-    --component-log-level wasm:debug &
+    --log-level warn --component-log-level wasm:debug &
 ENVOY_PID=$!
 trap 'kill "$ENVOY_PID" "$VERIFIER_PID" 2>/dev/null || true' EXIT INT TERM
 wait "$ENVOY_PID"

@@ -339,8 +339,21 @@ impl Filter {
                 out.store
             );
         }
-        let Decision::Limited(r) = out.decision else {
-            return self.forward(cfg, class);
+        let r = match out.decision {
+            Decision::Limited(r) => r,
+            Decision::ShadowLimited(r) => {
+                // Shadow mode: say what enforcement would have done, then forward.
+                log::debug!(
+                    "shadow_limited class={} route={} limit={} retry_after_s={} status={}",
+                    class.as_str(),
+                    cfg.route_name(out.route),
+                    cfg.limits.get(r.limit).map_or("?", |l| l.name.as_str()),
+                    r.retry_after_s,
+                    r.status
+                );
+                return self.forward(cfg, class);
+            }
+            Decision::Allowed | Decision::Exempt => return self.forward(cfg, class),
         };
         let limit = cfg.limits.get(r.limit);
         log::debug!(
