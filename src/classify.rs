@@ -65,6 +65,11 @@ impl Class {
         }
     }
 
+    /// Position in [`Class::ALL`] (its declaration order), for per-class tables.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
     /// Parses a snake_case class name; `None` if unknown.
     pub fn parse(name: &str) -> Option<Class> {
         Class::ALL.iter().copied().find(|c| c.as_str() == name)
@@ -825,6 +830,14 @@ fn starts_with_ignore_ascii_case(hay: &[u8], lower_needle: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn class_index_is_the_position_in_all() {
+        for (i, c) in Class::ALL.iter().enumerate() {
+            assert_eq!(c.index(), i);
+        }
+    }
+
     use super::*;
 
     const GOOGLEBOT_DESKTOP: &str =

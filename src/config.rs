@@ -304,9 +304,8 @@ pub struct Config {
 impl Config {
     /// Rejection policy of `class`.
     pub fn policy(&self, class: Class) -> &ClassPolicy {
-        let i = Class::ALL.iter().position(|c| *c == class).unwrap_or(0);
-        // `classes` has one entry per `Class::ALL` item, so `i` is always in range.
-        &self.classes[i.min(self.classes.len() - 1)]
+        // `classes` has one entry per class, so the fallback is never used; no indexing.
+        self.classes.get(class.index()).unwrap_or(&FALLBACK_POLICY)
     }
 
     /// Name of route index `idx` (`default` past the configured routes).
@@ -387,6 +386,16 @@ struct RawLimit {
 
 // ---------------------------------------------------------------------------------------------
 // Defaults. `envoy/crawlguard.default.json` spells out the same values (a test keeps them equal).
+
+/// Never used (see [`Config::policy`]); the human defaults.
+const FALLBACK_POLICY: ClassPolicy = ClassPolicy {
+    retry_after: RetryAfter {
+        min_s: 1,
+        max_s: 60,
+        jitter_s: 2,
+    },
+    reject_status: 429,
+};
 
 fn default_policy(class: Class) -> ClassPolicy {
     let (min_s, max_s, jitter_s) = match class {
@@ -490,11 +499,17 @@ pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
     compile(raw)
 }
 
-fn is_name(s: &str) -> bool {
+/// 1..=64 chars of `[a-z0-9_-]`, plus `.` when `dot` (bot ids, limit names).
+fn is_name(s: &str, dot: bool) -> bool {
     !s.is_empty()
         && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+        && s.bytes().all(|b| {
+            b.is_ascii_lowercase()
+                || b.is_ascii_digit()
+                || b == b'_'
+                || b == b'-'
+                || (dot && b == b'.')
+        })
 }
 
 /// RFC 9110 section 5.1 field-name token, lowercased.
@@ -542,7 +557,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     let mut seen = HashSet::new();
     for (i, b) in raw.bots.iter().enumerate() {
         let p = format!("bots[{i}]");
-        if !is_name_dotted(&b.id) {
+        if !is_name(&b.id, true) {
             return Err(err(
                 format!("{p}.id"),
                 "must be 1..=64 chars of [a-z0-9._-]",
@@ -590,8 +605,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         let Some(class) = Class::parse(name) else {
             return Err(err(p, "unknown class"));
         };
-        let i = Class::ALL.iter().position(|c| *c == class).unwrap_or(0);
-        let Some(pol) = classes.get_mut(i) else {
+        let Some(pol) = classes.get_mut(class.index()) else {
             return Err(err(p, "unknown class"));
         };
         if let Some(ra) = &rc.retry_after {
@@ -624,7 +638,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     let mut route_names = HashSet::new();
     for (i, r) in raw.routes.iter().enumerate() {
         let p = format!("routes[{i}]");
-        if !is_name(&r.name) || r.name == DEFAULT_ROUTE {
+        if !is_name(&r.name, false) || r.name == DEFAULT_ROUTE {
             return Err(err(
                 format!("{p}.name"),
                 "must be 1..=64 chars of [a-z0-9_-] and not \"default\"",
@@ -647,7 +661,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     let mut limit_names = HashSet::new();
     for (i, l) in raw_limits.iter().enumerate() {
         let p = format!("limits[{i}]");
-        if !is_name_dotted(&l.name) {
+        if !is_name(&l.name, true) {
             return Err(err(
                 format!("{p}.name"),
                 "must be 1..=64 chars of [a-z0-9._-]",
@@ -805,14 +819,6 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         rewrite: raw.rewrite,
         degraded,
     })
-}
-
-fn is_name_dotted(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-' || b == b'.'
-        })
 }
 
 #[cfg(test)]

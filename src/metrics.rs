@@ -160,8 +160,7 @@ impl Metrics {
 
     /// Calls `inc(id)` for every counter `outcome` of class `class` touches.
     pub fn record(&self, class: Class, outcome: &Outcome, inc: &mut dyn FnMut(u32)) {
-        let ci = Class::ALL.iter().position(|c| *c == class).unwrap_or(0);
-        let base = ci * DECISIONS.len();
+        let base = class.index() * DECISIONS.len();
         let (decision, limited) = match outcome.decision {
             Decision::Allowed => (0, false),
             Decision::Limited(_) => (1, true),

@@ -10,11 +10,17 @@ use crate::config::RetryAfter;
 /// `clamp(ceil(wait_ns / 1e9), min_s, max_s) + jitter`, where `jitter` is `random % (jitter_s
 /// + 1)` (uniform 0..=jitter_s). Never 0.
 pub fn retry_after_s(wait_ns: u64, policy: &RetryAfter, random: u32) -> u32 {
-    let secs = wait_ns.div_ceil(crate::bucket::NS_PER_S);
-    let secs = u32::try_from(secs).unwrap_or(u32::MAX);
-    let clamped = secs.clamp(policy.min_s.max(1), policy.max_s.max(policy.min_s.max(1)));
+    let clamped = clamp_s(wait_ns.div_ceil(crate::bucket::NS_PER_S), policy);
     let jitter = random % policy.jitter_s.saturating_add(1).max(1);
     clamped.saturating_add(jitter)
+}
+
+/// `secs` clamped to the class range `[max(min_s, 1), max(max_s, min_s, 1)]`: never 0.
+pub fn clamp_s(secs: u64, policy: &RetryAfter) -> u32 {
+    let lo = policy.min_s.max(1);
+    u32::try_from(secs)
+        .unwrap_or(u32::MAX)
+        .clamp(lo, policy.max_s.max(lo))
 }
 
 /// Body of a rejection, one short line (<= 64 bytes) naming the status it goes with:

@@ -203,11 +203,6 @@ pub fn plan(
     let status = if degraded { 503 } else { code };
     let policy: &ClassPolicy = cfg.policy(class);
     let ra = policy.retry_after;
-    let clamp = |s: u64| {
-        u32::try_from(s)
-            .unwrap_or(u32::MAX)
-            .clamp(ra.min_s.max(1), ra.max_s.max(ra.min_s.max(1)))
-    };
     let mut fixes = Fixes {
         body_replaced: up.has_body,
         cache_control_replaced: up
@@ -216,10 +211,10 @@ pub fn plan(
         ..Fixes::default()
     };
     let retry_after_s = match parse_retry_after(up.retry_after, now_s) {
-        UpstreamRetryAfter::Seconds(s) => clamp(s),
+        UpstreamRetryAfter::Seconds(s) => respond::clamp_s(s, &ra),
         UpstreamRetryAfter::Date(s) => {
             fixes.retry_after_converted = true;
-            clamp(s.max(1))
+            respond::clamp_s(s, &ra)
         }
         UpstreamRetryAfter::Missing | UpstreamRetryAfter::Invalid => {
             fixes.retry_after_added = true;

@@ -117,6 +117,16 @@ impl SlotTable {
         [key(a), key(b)]
     }
 
+    /// Candidate slot `idx` (0 or 1) of a fingerprint.
+    fn key(&self, fp: u64, idx: usize) -> &str {
+        let [a, b] = self.candidates(fp);
+        if idx == 0 {
+            a
+        } else {
+            b
+        }
+    }
+
     /// Creates every missing slot as unowned so that the first writes of a key are CAS-checked
     /// (Envoy ignores the CAS of a write to an absent key, which would lose updates when two
     /// workers race on a new key). Existing slots are left alone. Returns slots created.
@@ -227,6 +237,70 @@ impl LocalBuckets {
     }
 }
 
+/// What one candidate slot holds, from the point of view of key `fp`.
+enum View {
+    /// `fp` owns it: its bucket.
+    Ours(BucketState),
+    /// Unowned, or its owner's bucket is full again: `fp` may take it over.
+    Free,
+    /// Another key's active bucket.
+    Busy,
+}
+
+/// Reads slot `key` for `fp`, with its CAS. A slot that does not decode is not trusted (it
+/// may be a live bucket seen through a faulty store): it is reset to unowned, so a one-off
+/// corruption heals, and this request is decided locally.
+fn view(store: &dyn SharedData, key: &str, fp: u64, now_ns: u64) -> Result<(View, u32), Fallback> {
+    // Absent (not pre-created, should not happen) reads as free; a CAS-0 write creates it.
+    let (bytes, cas) = store
+        .get(key)
+        .map_err(|_| Fallback::StoreError)?
+        .unwrap_or_default();
+    match decode_slot(&bytes) {
+        Some(s) if s.owner == fp => Ok((View::Ours(s.state), cas)),
+        Some(s) if s.owner != NO_OWNER && !bucket::is_full(s.state, now_ns) => {
+            Ok((View::Busy, cas))
+        }
+        Some(_) => Ok((View::Free, cas)),
+        None if bytes.is_empty() => Ok((View::Free, cas)),
+        None => {
+            let unowned = encode_slot(&Slot {
+                owner: NO_OWNER,
+                state: BucketState::default(),
+            });
+            let _ = store.set(key, &unowned, cas);
+            Err(Fallback::CorruptSlot)
+        }
+    }
+}
+
+/// The slot `fp` uses: (candidate index, its bucket if it owns one, CAS). The second
+/// candidate is read only when the first is not ours, and a free first slot is taken only
+/// after checking `fp` does not already own the second (that would reset its bucket).
+fn pick(
+    table: &SlotTable,
+    store: &dyn SharedData,
+    fp: u64,
+    now_ns: u64,
+) -> Result<(usize, Option<BucketState>, u32), Fallback> {
+    let [a, b] = table.candidates(fp);
+    let (va, cas_a) = view(store, a, fp, now_ns)?;
+    if let View::Ours(state) = va {
+        return Ok((0, Some(state), cas_a));
+    }
+    let vb = if a == b {
+        None
+    } else {
+        Some(view(store, b, fp, now_ns)?)
+    };
+    match (va, vb) {
+        (_, Some((View::Ours(state), cas_b))) => Ok((1, Some(state), cas_b)),
+        (View::Free, _) => Ok((0, None, cas_a)),
+        (_, Some((View::Free, cas_b))) => Ok((1, None, cas_b)),
+        _ => Err(Fallback::Collision),
+    }
+}
+
 /// Charges one token for key fingerprint `fp` (never 0) under `rate`, in the shared store if
 /// possible, else in `local`. Never fails: every store problem becomes a [`Fallback`].
 pub fn charge(
@@ -238,86 +312,31 @@ pub fn charge(
     rate: Rate,
 ) -> Charge {
     let fp = fp.max(1); // 0 means "unowned"
-    let [a, b] = table.candidates(fp);
     let mut fallback = Fallback::CasExhausted;
-    'attempts: for _ in 0..=table.cas_retries {
-        // Read the first candidate; read the second only if the first is not ours.
-        let first = match store.get(a) {
-            Ok(v) => v,
-            Err(_) => {
-                fallback = Fallback::StoreError;
+    for _ in 0..=table.cas_retries {
+        let (idx, state, cas) = match pick(table, store, fp, now_ns) {
+            Ok(p) => p,
+            Err(f) => {
+                fallback = f;
                 break;
             }
         };
-        let mut chosen: Option<(usize, Option<BucketState>, u32)> = None;
-        let mut free: Option<(usize, u32)> = None;
-        let cands = [(0usize, a, Some(first)), (1usize, b, None)];
-        for (idx, key, pre) in cands {
-            if idx == 1 && a == b {
-                break;
-            }
-            let got = match pre {
-                Some(v) => v,
-                None => match store.get(key) {
-                    Ok(v) => v,
-                    Err(_) => {
-                        fallback = Fallback::StoreError;
-                        break 'attempts;
-                    }
-                },
-            };
-            // Absent (not pre-created, should not happen): a CAS-0 write creates it.
-            let (bytes, cas) = got.unwrap_or_default();
-            match decode_slot(&bytes) {
-                Some(slot) if slot.owner == fp => {
-                    chosen = Some((idx, Some(slot.state), cas));
-                    break;
-                }
-                Some(slot) if slot.owner != NO_OWNER && !bucket::is_full(slot.state, now_ns) => {}
-                Some(_) => {
-                    free.get_or_insert((idx, cas));
-                }
-                None if bytes.is_empty() => {
-                    free.get_or_insert((idx, cas));
-                }
-                None => {
-                    // Do not trust a slot we cannot read (it may be a live bucket seen through
-                    // a faulty store): decide locally, and reset it so a one-off corruption heals.
-                    let unowned = encode_slot(&Slot {
-                        owner: NO_OWNER,
-                        state: BucketState::default(),
-                    });
-                    let _ = store.set(key, &unowned, cas);
-                    fallback = Fallback::CorruptSlot;
-                    break 'attempts;
-                }
-            }
-        }
-        let (idx, state, cas) = match (chosen, free) {
-            (Some(c), _) => c,
-            (None, Some((idx, cas))) => (idx, None, cas),
-            (None, None) => {
-                fallback = Fallback::Collision;
-                break;
-            }
-        };
-        let key = if idx == 0 { a } else { b };
         let t = bucket::take(state, now_ns, rate);
-        let new_state = match t {
-            Take::Limited { .. } => {
-                return Charge {
-                    take: t,
-                    fallback: None,
-                    place: Place::Nowhere,
-                }
-            }
-            Take::Allowed { state, .. } => state,
+        let Take::Allowed {
+            state: new_state, ..
+        } = t
+        else {
+            return Charge {
+                take: t,
+                fallback: None,
+                place: Place::Nowhere,
+            };
         };
         let bytes = encode_slot(&Slot {
             owner: fp,
             state: new_state,
         });
-        match store.set(key, &bytes, cas) {
+        match store.set(table.key(fp, idx), &bytes, cas) {
             Ok(()) => {
                 return Charge {
                     take: t,
@@ -363,8 +382,7 @@ pub fn refund(
         }
         Place::Shared(idx) => idx,
     };
-    let [a, b] = table.candidates(fp);
-    let key = if idx == 0 { a } else { b };
+    let key = table.key(fp, idx);
     for _ in 0..=table.cas_retries {
         let Ok(Some((bytes, cas))) = store.get(key) else {
             return;
