@@ -199,29 +199,37 @@ pub fn decide(
             continue;
         }
         let header_lines;
-        let keys: Vec<KeyPart<'_>> = match &limit.key {
-            KeyKind::Global => vec![KeyPart::Global],
+        let header_keys: Vec<KeyPart<'_>>;
+        // One key for client_ip/global (no allocation); one per distinct header value.
+        let one_key;
+        let keys: &[KeyPart<'_>] = match &limit.key {
+            KeyKind::Global => {
+                one_key = KeyPart::Global;
+                std::slice::from_ref(&one_key)
+            }
             KeyKind::ClientIp => {
                 let ip = *ip.get_or_insert_with(|| {
                     client_ip::client_ip(&cfg.client_ip, req.remote_address, req.xff)
                         .map(|a| client_ip::masked(a, &cfg.client_ip))
                 });
-                vec![ip.map_or(KeyPart::UnknownIp, KeyPart::Ip)]
+                one_key = ip.map_or(KeyPart::UnknownIp, KeyPart::Ip);
+                std::slice::from_ref(&one_key)
             }
             KeyKind::Header(name) => {
                 header_lines = (req.header)(name);
                 let values = key_values(&header_lines);
-                match values.len() {
+                header_keys = match values.len() {
                     0 => vec![KeyPart::Header(None)],
                     n if n > MAX_KEY_VALUES => vec![KeyPart::TooManyValues],
                     _ => values
                         .into_iter()
                         .map(|v| KeyPart::Header(Some(v)))
                         .collect(),
-                }
+                };
+                &header_keys
             }
         };
-        for key in &keys {
+        for key in keys {
             let fp = limiter.fingerprint(&limit.name, key);
             let c = store::charge(
                 &limiter.table,

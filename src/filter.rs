@@ -22,8 +22,26 @@ use std::time::Duration;
 const MAX_VERIFIER_BODY: usize = 4096;
 /// Extra life of an in-flight marker past the callout timeout, ns.
 const IN_FLIGHT_SLACK_NS: u64 = 1_000_000_000;
-/// Minimum gap between two "shared store unavailable" warnings per VM, ns.
-const STORE_WARN_EVERY_NS: u64 = 10_000_000_000;
+/// Minimum gap between two warnings of one kind per VM, ns.
+const WARN_EVERY_NS: u64 = 10_000_000_000;
+
+/// A warning logged at most once per [`WARN_EVERY_NS`] per VM, so a failing dependency
+/// cannot flood Envoy's log at request rate.
+#[derive(Default)]
+struct Throttle {
+    last_ns: Cell<u64>,
+}
+
+impl Throttle {
+    /// True (and remembers `now`) when the last warning is old enough.
+    fn ready(&self, now: u64) -> bool {
+        let due = now.saturating_sub(self.last_ns.get()) > WARN_EVERY_NS;
+        if due {
+            self.last_ns.set(now);
+        }
+        due
+    }
+}
 
 /// Per-VM state shared by the root and every request context.
 pub(crate) struct Shared {
@@ -31,7 +49,8 @@ pub(crate) struct Shared {
     limiter: RefCell<Limiter>,
     verdicts: VerdictCache,
     metrics: Metrics,
-    last_store_warn_ns: Cell<u64>,
+    store_warn: Throttle,
+    verifier_warn: Throttle,
 }
 
 impl Shared {
@@ -46,7 +65,8 @@ impl Shared {
             limiter: RefCell::new(limiter),
             verdicts,
             metrics,
-            last_store_warn_ns: Cell::new(0),
+            store_warn: Throttle::default(),
+            verifier_warn: Throttle::default(),
         }
     }
 
@@ -104,10 +124,27 @@ fn header_lines(name: &str) -> Vec<Vec<u8>> {
         .unwrap_or_default()
 }
 
-fn remote_address() -> Option<Vec<u8>> {
-    hostcalls::get_property(vec!["source", "address"])
-        .ok()
-        .flatten()
+/// The fields both verification and limiting need, read once per callback (each is a host
+/// call): the time, the downstream address and, when configured, `x-forwarded-for`.
+struct Fields {
+    now: Option<u64>,
+    remote: Option<Vec<u8>>,
+    xff: Option<Vec<u8>>,
+}
+
+impl Fields {
+    fn read(cfg: &Config) -> Fields {
+        Fields {
+            now: host::now_ns(),
+            remote: hostcalls::get_property(vec!["source", "address"])
+                .ok()
+                .flatten(),
+            xff: match cfg.client_ip.source {
+                IpSource::Xff => header("x-forwarded-for"),
+                IpSource::RemoteAddress => None,
+            },
+        }
+    }
 }
 
 impl Context for Filter {
@@ -124,7 +161,8 @@ impl Context for Filter {
         let Some(p) = self.pending.take_if(|p| p.token == token) else {
             return;
         };
-        let now = host::now_ns().unwrap_or(0);
+        let fields = Fields::read(&sh.cfg);
+        let now = fields.now.unwrap_or(0);
         let status = hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status")
             .ok()
             .flatten();
@@ -161,7 +199,7 @@ impl Context for Filter {
             }
             Err(e) => self.verifier_error(&sh, &p, e, now),
         };
-        if self.limit(&sh, class) == Action::Continue {
+        if self.limit(&sh, &fields, class) == Action::Continue {
             let _ = hostcalls::resume_http_request();
         }
     }
@@ -184,16 +222,17 @@ impl HttpContext for Filter {
             hostcalls::set_map_value_bytes(MapType::HttpRequestHeaders, &sh.cfg.class_header, None);
         let ua = header("user-agent");
         let c = sh.cfg.classifier.classify(ua.as_deref());
+        let fields = Fields::read(&sh.cfg);
         let class = match c.bot {
             Some(bot) if bot.verify && sh.cfg.verifier.enabled => {
-                match self.verify_claim(&sh, &bot.id, bot.class) {
+                match self.verify_claim(&sh, &fields, &bot.id, bot.class) {
                     Some(class) => class,
                     None => return Action::Pause, // resumed by on_http_call_response
                 }
             }
             _ => c.class,
         };
-        self.limit(&sh, class)
+        self.limit(&sh, &fields, class)
     }
 
     fn on_http_response_headers(&mut self, _n: usize, eos: bool) -> Action {
@@ -211,18 +250,19 @@ impl HttpContext for Filter {
 impl Filter {
     /// The class of a `verify: true` claim from the verdict cache, or `None` after starting
     /// a callout (the request is then paused).
-    fn verify_claim(&mut self, sh: &Shared, bot_id: &str, bot_class: Class) -> Option<Class> {
+    fn verify_claim(
+        &mut self,
+        sh: &Shared,
+        f: &Fields,
+        bot_id: &str,
+        bot_class: Class,
+    ) -> Option<Class> {
         let cfg = &sh.cfg;
-        let Some(now) = host::now_ns() else {
+        let Some(now) = f.now else {
             return Some(on_error_class(cfg, bot_class));
         };
-        let xff = match cfg.client_ip.source {
-            IpSource::Xff => header("x-forwarded-for"),
-            IpSource::RemoteAddress => None,
-        };
         // The claim is about the full address, not the bucket prefix.
-        let Some(ip) =
-            client_ip::client_ip(&cfg.client_ip, remote_address().as_deref(), xff.as_deref())
+        let Some(ip) = client_ip::client_ip(&cfg.client_ip, f.remote.as_deref(), f.xff.as_deref())
         else {
             return Some(Class::UnverifiedBot);
         };
@@ -290,31 +330,29 @@ impl Filter {
             .verdicts
             .put_error(&HostStore, p.fp, now.saturating_add(ttl_ns));
         sh.verify_event(VerifyEvent::Error);
-        log::warn!(
-            "verifier error ({}) for {} claiming {}: {e:?}",
-            e.kind(),
-            p.ip,
-            p.bot_id
-        );
+        if sh.verifier_warn.ready(now) {
+            log::warn!(
+                "verifier error ({}) for {} claiming {}: {e:?} (further errors only counted \
+                 in crawlguard.verify.error for 10 s)",
+                e.kind(),
+                p.ip,
+                p.bot_id
+            );
+        }
         on_error_class(cfg, p.bot_class)
     }
 
     /// Takes tokens for `class` and acts: forwards (Continue) or answers locally (Pause).
-    fn limit(&mut self, sh: &Shared, class: Class) -> Action {
+    fn limit(&mut self, sh: &Shared, f: &Fields, class: Class) -> Action {
         let cfg = &sh.cfg;
-        let Some(now) = host::now_ns() else {
+        let Some(now) = f.now else {
             return self.forward(cfg, class);
         };
         let path = header(":path").unwrap_or_default();
-        let remote = remote_address();
-        let xff = match cfg.client_ip.source {
-            IpSource::Xff => header("x-forwarded-for"),
-            IpSource::RemoteAddress => None,
-        };
         let req = Request {
             path: &path,
-            remote_address: remote.as_deref(),
-            xff: xff.as_deref(),
+            remote_address: f.remote.as_deref(),
+            xff: f.xff.as_deref(),
             header: &header_lines,
         };
         let out = match sh.limiter.try_borrow_mut() {
@@ -330,10 +368,7 @@ impl Filter {
             Err(_) => return self.forward(cfg, class),
         };
         sh.metrics.record(class, &out, &mut host::increment);
-        if out.store.fell_back()
-            && now.saturating_sub(sh.last_store_warn_ns.get()) > STORE_WARN_EVERY_NS
-        {
-            sh.last_store_warn_ns.set(now);
+        if out.store.fell_back() && sh.store_warn.ready(now) {
             log::warn!(
                 "shared store unavailable, using local buckets: {:?}",
                 out.store
@@ -402,14 +437,16 @@ impl Filter {
                 .flatten()
         };
         let status = resp(":status");
-        let degraded = cfg.degraded.as_deref().is_some_and(|h| resp(h).is_some());
         // Cheap exit for the common case before reading anything else.
         let code = status.as_deref().unwrap_or_default();
         let num = std::str::from_utf8(code)
             .ok()
             .and_then(|c| c.parse::<u16>().ok());
+        // The degraded header matters only on a 200; read it only then.
+        let degraded =
+            num == Some(200) && cfg.degraded.as_deref().is_some_and(|h| resp(h).is_some());
         let candidate = cfg.rewrite.enabled
-            && num.is_some_and(|n| cfg.rewrite.statuses.contains(&n) || (degraded && n == 200));
+            && num.is_some_and(|n| cfg.rewrite.statuses.contains(&n) || degraded);
         if !candidate {
             return Action::Continue;
         }
