@@ -862,10 +862,7 @@ mod tests {
         assert_eq!(file.verifier, fields.verifier);
         assert_eq!(file.rewrite, fields.rewrite);
         assert_eq!(file.degraded, fields.degraded);
-        assert_eq!(
-            file.classifier.entries().len(),
-            fields.classifier.entries().len()
-        );
+        assert_eq!(file.classifier.entries(), fields.classifier.entries());
     }
 
     #[test]
