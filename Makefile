@@ -28,7 +28,7 @@ build-verifier: setup-rust
 ## run: the verifier sidecar (127.0.0.1:9090) and Envoy in the foreground on 127.0.0.1:10000
 ## (admin :9901) with envoy/envoy.yaml
 run: setup build build-verifier
-	@exec scripts/run.sh
+	@scripts/run.sh
 
 ## test: host tests of the workspace (unit, property, real-data), the real-Envoy tests in
 ## integration/, a bounded fuzz run of every parser (FUZZ_SECONDS per target), then the

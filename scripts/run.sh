@@ -23,7 +23,7 @@ crawlguard: Envoy on http://127.0.0.1:10000 (admin http://127.0.0.1:9901), verif
 http://127.0.0.1:9090 (/metrics), Ctrl-C to stop both.
 Try, from another terminal:
 
-  # a browser: 200, the origin saw x-crawler-class: human
+  # a browser: 200; the origin got x-crawler-class: human (it echoes it as x-upstream-saw-class)
   curl -si -A '$CHROME' http://127.0.0.1:10000/
 
   # a curl flood (class script): 200s, then 429s with Retry-After
