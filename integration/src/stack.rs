@@ -295,6 +295,71 @@ impl Default for Blackhole {
     }
 }
 
+/// A DNS relay that answers every query late: it forwards each UDP query to `upstream`
+/// (usually a [`Dnsmasq`]) and sends the answer back only `delay` after the query arrived.
+/// It plays a slow resolver, so that the sidecar answers verifications slowly while its
+/// verdicts stay real. Stops when dropped.
+pub struct SlowDns {
+    addr: SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl SlowDns {
+    /// Binds a free UDP port on 127.0.0.1 and relays to `upstream` with `delay`.
+    pub fn start(upstream: SocketAddr, delay: Duration) -> SlowDns {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let sock = UdpSocket::bind("127.0.0.1:0").expect("bind udp 127.0.0.1:0");
+        let addr = sock.local_addr().expect("slow dns local addr");
+        // A short read timeout so the thread notices `stop` soon after the drop.
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("set_read_timeout");
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while !stopped.load(Ordering::Relaxed) {
+                let Ok((n, client)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                let query = buf[..n].to_vec();
+                let Ok(reply_sock) = sock.try_clone() else {
+                    continue;
+                };
+                let arrived = Instant::now();
+                // One thread per query: the delay is per query, not a queue.
+                std::thread::spawn(move || {
+                    let Ok(up) = UdpSocket::bind("127.0.0.1:0") else {
+                        return;
+                    };
+                    let _ = up.set_read_timeout(Some(Duration::from_secs(5)));
+                    if up.send_to(&query, upstream).is_err() {
+                        return;
+                    }
+                    let mut answer = [0u8; 4096];
+                    let Ok((m, _)) = up.recv_from(&mut answer) else {
+                        return;
+                    };
+                    // Simulated latency of a slow resolver, not a synchronisation.
+                    std::thread::sleep(delay.saturating_sub(arrived.elapsed()));
+                    let _ = reply_sock.send_to(&answer[..m], client);
+                });
+            }
+        });
+        SlowDns { addr, stop }
+    }
+
+    /// Its address, to pass as a nameserver.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for SlowDns {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// The `crawlguard-verifier` binary: `$CRAWLGUARD_VERIFIER_BIN`; else
 /// `target/<profile>/crawlguard-verifier` of the target directory and profile of the running
 /// test executable (`target/<profile>/deps/<test>`) if it is newer than the verifier's
