@@ -70,6 +70,16 @@ impl Class {
         self as usize
     }
 
+    /// True for the crawler classes (`search_crawler`, `ai_retriever`, `ai_trainer`): the
+    /// ones a request only gets once its claim is verified, and whose degraded pages the
+    /// soft-404 guard turns into 503s.
+    pub const fn is_crawler(self) -> bool {
+        matches!(
+            self,
+            Class::SearchCrawler | Class::AiRetriever | Class::AiTrainer
+        )
+    }
+
     /// Parses a snake_case class name; `None` if unknown.
     pub fn parse(name: &str) -> Option<Class> {
         Class::ALL.iter().copied().find(|c| c.as_str() == name)
@@ -130,6 +140,11 @@ use Class::{Script as SCRIPT, SearchCrawler as SEARCH};
 /// `verify: true` means the operator documents a verification method (forward-confirmed
 /// reverse DNS and/or a published IP-range list); the document is named in the comment above
 /// each group. Order matters: first match wins, specific tokens first.
+///
+/// A crawler class (`search_crawler`, `ai_retriever`, `ai_trainer`) is only ever given to a
+/// verified claim: anyone can copy a User-Agent, so crawlers whose operator publishes no
+/// verification method are `other_bot` here, whatever they call themselves (the group
+/// comments say what they are).
 ///
 /// Robots-only tokens that never appear in a User-Agent (`Google-Extended`,
 /// `Applebot-Extended`) are deliberately absent: a UA claiming them is not that crawler.
@@ -213,8 +228,8 @@ static CATALOG: &[Spec] = &[
     bot("claude-searchbot", &["claude-searchbot"], RETRIEVER, true),
     bot("claudebot", &["claudebot"], TRAINER, true),
     // Retired Anthropic tokens, not covered by the published list.
-    bot("claude-web", &["claude-web"], RETRIEVER, false),
-    bot("anthropic-ai", &["anthropic-ai"], TRAINER, false),
+    bot("claude-web", &["claude-web"], OTHER, false),
+    bot("anthropic-ai", &["anthropic-ai"], OTHER, false),
     // --- DuckDuckGo. Help pages "DuckDuckBot" and "DuckAssistBot": published IP lists
     // (duckduckbot.json, duckassistbot.json). DuckDuckGo's *browser* UA contains
     // "DuckDuckGo/5", so no bare "duckduckgo" token.
@@ -249,8 +264,8 @@ static CATALOG: &[Spec] = &[
     // --- Amazon. "Amazonbot" (developer.amazon.com/amazonbot): reverse DNS to
     // crawl.amazonbot.amazon and a published IP list.
     bot("amazonbot", &["amazonbot"], TRAINER, true),
-    bot("amzn-searchbot", &["amzn-searchbot"], RETRIEVER, false),
-    bot("amzn-user", &["amzn-user"], RETRIEVER, false),
+    bot("amzn-searchbot", &["amzn-searchbot"], OTHER, false),
+    bot("amzn-user", &["amzn-user"], OTHER, false),
     // --- Apple. "About Applebot" (support.apple.com/en-us/119829): reverse DNS to
     // applebot.apple.com and applebot.json.
     bot("applebot", &["applebot"], SEARCH, true),
@@ -290,6 +305,7 @@ static CATALOG: &[Spec] = &[
     bot("petalbot", &["petalbot"], SEARCH, true),
     // Yahoo help "Slurp": reverse DNS to crawl.yahoo.net.
     bot("slurp", &["slurp"], SEARCH, true),
+    // Search engines that publish no verification method: other_bot.
     // Sogou's browser says "SogouMobileBrowser" / "MetaSr": only its spiders' names here.
     bot(
         "sogou",
@@ -306,103 +322,94 @@ static CATALOG: &[Spec] = &[
             "sogou-test-spider",
             "sogou spider",
         ],
-        SEARCH,
+        OTHER,
         false,
     ),
-    bot("qwantbot", &["qwantbot", "qwantify"], SEARCH, false),
-    bot("coccocbot", &["coccocbot", "coccoc/"], SEARCH, false),
-    bot("mojeekbot", &["mojeekbot"], SEARCH, false),
-    bot("mail.ru_bot", &["mail.ru_bot"], SEARCH, false),
-    bot("360spider", &["360spider"], SEARCH, false),
-    bot("yisouspider", &["yisouspider"], SEARCH, false),
-    bot("daum", &["daumoa", "daum/"], SEARCH, false),
-    bot("seekportbot", &["seekportbot"], SEARCH, false),
-    bot("bravebot", &["bravebot"], SEARCH, false),
-    bot("aspiegelbot", &["aspiegelbot"], SEARCH, false),
-    // --- More AI crawlers (ai-robots-txt robots.json "function"; no verification documented).
-    bot("bytespider", &["bytespider"], TRAINER, false),
-    bot("tiktokspider", &["tiktokspider"], TRAINER, false),
+    bot("qwantbot", &["qwantbot", "qwantify"], OTHER, false),
+    bot("coccocbot", &["coccocbot", "coccoc/"], OTHER, false),
+    bot("mojeekbot", &["mojeekbot"], OTHER, false),
+    bot("mail.ru_bot", &["mail.ru_bot"], OTHER, false),
+    bot("360spider", &["360spider"], OTHER, false),
+    bot("yisouspider", &["yisouspider"], OTHER, false),
+    bot("daum", &["daumoa", "daum/"], OTHER, false),
+    bot("seekportbot", &["seekportbot"], OTHER, false),
+    bot("bravebot", &["bravebot"], OTHER, false),
+    bot("aspiegelbot", &["aspiegelbot"], OTHER, false),
+    // --- More AI crawlers (ai-robots-txt robots.json "function"; no verification documented,
+    // so other_bot).
+    bot("bytespider", &["bytespider"], OTHER, false),
+    bot("tiktokspider", &["tiktokspider"], OTHER, false),
     bot(
         "cohere-training-data-crawler",
         &["cohere-training-data-crawler"],
-        TRAINER,
+        OTHER,
         false,
     ),
-    bot("cohere-ai", &["cohere-ai"], TRAINER, false),
-    bot(
-        "mistralai-training",
-        &["mistralai-training"],
-        TRAINER,
-        false,
-    ),
-    bot("diffbot", &["diffbot"], TRAINER, false),
-    bot("ai2bot", &["ai2bot"], TRAINER, false),
-    bot("deepseekbot", &["deepseekbot"], TRAINER, false),
-    bot("pangubot", &["pangubot"], TRAINER, false),
-    bot("timpibot", &["timpibot"], TRAINER, false),
-    bot("omgilibot", &["omgili"], TRAINER, false),
-    bot("webzio-extended", &["webzio-extended"], TRAINER, false),
-    bot("imagesiftbot", &["imagesiftbot"], TRAINER, false),
-    bot("img2dataset", &["img2dataset"], TRAINER, false),
-    bot("icc-crawler", &["icc-crawler"], TRAINER, false),
+    bot("cohere-ai", &["cohere-ai"], OTHER, false),
+    bot("mistralai-training", &["mistralai-training"], OTHER, false),
+    bot("diffbot", &["diffbot"], OTHER, false),
+    bot("ai2bot", &["ai2bot"], OTHER, false),
+    bot("deepseekbot", &["deepseekbot"], OTHER, false),
+    bot("pangubot", &["pangubot"], OTHER, false),
+    bot("timpibot", &["timpibot"], OTHER, false),
+    bot("omgilibot", &["omgili"], OTHER, false),
+    bot("webzio-extended", &["webzio-extended"], OTHER, false),
+    bot("imagesiftbot", &["imagesiftbot"], OTHER, false),
+    bot("img2dataset", &["img2dataset"], OTHER, false),
+    bot("icc-crawler", &["icc-crawler"], OTHER, false),
     bot(
         "laiondownloader",
         &["laiondownloader", "laion-huggingface-processor"],
-        TRAINER,
+        OTHER,
         false,
     ),
     bot(
         "velenpublicwebcrawler",
         &["velenpublicwebcrawler"],
-        TRAINER,
+        OTHER,
         false,
     ),
-    bot("cotoyogi", &["cotoyogi"], TRAINER, false),
-    bot("sbintuitionsbot", &["sbintuitionsbot"], TRAINER, false),
-    bot("friendlycrawler", &["friendlycrawler"], TRAINER, false),
+    bot("cotoyogi", &["cotoyogi"], OTHER, false),
+    bot("sbintuitionsbot", &["sbintuitionsbot"], OTHER, false),
+    bot("friendlycrawler", &["friendlycrawler"], OTHER, false),
     bot(
         "isscyberriskcrawler",
         &["isscyberriskcrawler"],
-        TRAINER,
+        OTHER,
         false,
     ),
-    bot("factset_spyderbot", &["factset_spyderbot"], TRAINER, false),
-    bot("chatglm-spider", &["chatglm-spider"], TRAINER, false),
-    bot("brightbot", &["brightbot"], TRAINER, false),
-    bot("kangaroo-bot", &["kangaroo bot"], TRAINER, false),
-    bot("aihitbot", &["aihitbot"], TRAINER, false),
-    bot("bedrockbot", &["bedrockbot"], TRAINER, false),
-    bot("panscient", &["panscient"], TRAINER, false),
-    bot("kagi-fetcher", &["kagi-fetcher"], RETRIEVER, false),
-    bot("kimi-user", &["kimi-user"], RETRIEVER, false),
-    bot("manus-user", &["manus-user"], RETRIEVER, false),
-    bot("tongyibot", &["tongyibot"], RETRIEVER, false),
-    bot("yiyanbot", &["yiyanbot"], RETRIEVER, false),
-    bot("phindbot", &["phindbot"], RETRIEVER, false),
-    bot("youbot", &["youbot"], RETRIEVER, false),
-    bot("andibot", &["andibot"], RETRIEVER, false),
-    bot("iaskspider", &["iaskspider", "iaskbot"], RETRIEVER, false),
-    bot("linkupbot", &["linkupbot"], RETRIEVER, false),
-    bot("tavilybot", &["tavilybot"], RETRIEVER, false),
-    bot("exasearchbot", &["exasearchbot"], RETRIEVER, false),
+    bot("factset_spyderbot", &["factset_spyderbot"], OTHER, false),
+    bot("chatglm-spider", &["chatglm-spider"], OTHER, false),
+    bot("brightbot", &["brightbot"], OTHER, false),
+    bot("kangaroo-bot", &["kangaroo bot"], OTHER, false),
+    bot("aihitbot", &["aihitbot"], OTHER, false),
+    bot("bedrockbot", &["bedrockbot"], OTHER, false),
+    bot("panscient", &["panscient"], OTHER, false),
+    bot("kagi-fetcher", &["kagi-fetcher"], OTHER, false),
+    bot("kimi-user", &["kimi-user"], OTHER, false),
+    bot("manus-user", &["manus-user"], OTHER, false),
+    bot("tongyibot", &["tongyibot"], OTHER, false),
+    bot("yiyanbot", &["yiyanbot"], OTHER, false),
+    bot("phindbot", &["phindbot"], OTHER, false),
+    bot("youbot", &["youbot"], OTHER, false),
+    bot("andibot", &["andibot"], OTHER, false),
+    bot("iaskspider", &["iaskspider", "iaskbot"], OTHER, false),
+    bot("linkupbot", &["linkupbot"], OTHER, false),
+    bot("tavilybot", &["tavilybot"], OTHER, false),
+    bot("exasearchbot", &["exasearchbot"], OTHER, false),
     bot(
         "gemini-deep-research",
         &["gemini-deep-research"],
-        RETRIEVER,
+        OTHER,
         false,
     ),
     bot(
         "googleagent-urlcontext",
         &["googleagent-urlcontext"],
-        RETRIEVER,
+        OTHER,
         false,
     ),
-    bot(
-        "cloudflare-autorag",
-        &["cloudflare-autorag"],
-        RETRIEVER,
-        false,
-    ),
+    bot("cloudflare-autorag", &["cloudflare-autorag"], OTHER, false),
     // --- SEO crawlers. "Ahrefs Bots" (ahrefs.com/robot): published IP list, reverse DNS.
     bot("ahrefsbot", &["ahrefsbot", "ahrefssiteaudit"], OTHER, true),
     bot(

@@ -583,6 +583,16 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
                 "unverified_bot and spoofed are assigned by verification, not by the catalog",
             ));
         }
+        if b.class.is_crawler() && !b.verify {
+            return Err(err(
+                format!("{p}.class"),
+                format!(
+                    "{} is only given to verified claims: set verify: true (and teach the \
+                     verifier how to check it) or use other_bot",
+                    b.class.as_str()
+                ),
+            ));
+        }
     }
     let entries = match raw.bots_mode {
         BotsMode::Replace => raw.bots,
@@ -942,6 +952,11 @@ mod tests {
         assert_eq!(
             parse_err(r#"{"bots":[{"id":"x","ua_contains":["x"],"class":"spoofed"}]}"#),
             "bots[0].class: unverified_bot and spoofed are assigned by verification, not by the catalog"
+        );
+        assert_eq!(
+            parse_err(r#"{"bots":[{"id":"x","ua_contains":["x"],"class":"ai_trainer"}]}"#),
+            "bots[0].class: ai_trainer is only given to verified claims: set verify: true (and \
+             teach the verifier how to check it) or use other_bot"
         );
         assert_eq!(
             parse_err(r#"{"rewrite":{"statuses":[429,200]}}"#),

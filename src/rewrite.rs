@@ -166,14 +166,6 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// Classes whose degraded pages are turned into 503s (they would replace the indexed copy).
-pub fn is_crawler(class: Class) -> bool {
-    matches!(
-        class,
-        Class::SearchCrawler | Class::AiRetriever | Class::AiTrainer
-    )
-}
-
 fn status_code(s: Option<&[u8]>) -> Option<u16> {
     let s = s?;
     if s.len() != 3 || !s.iter().all(u8::is_ascii_digit) {
@@ -196,7 +188,7 @@ pub fn plan(
         return None;
     }
     let code = status_code(up.status)?;
-    let degraded = code == 200 && up.degraded && is_crawler(class);
+    let degraded = code == 200 && up.degraded && class.is_crawler();
     if !degraded && !cfg.rewrite.statuses.contains(&code) {
         return None;
     }

@@ -524,7 +524,7 @@ async fn many_user_agent_lines_are_joined_and_classified_as_one() {
                 &browsers[26..],
             ]
             .concat(),
-            "ai_trainer",
+            "other_bot",
         ),
     ];
     for (i, (uas, class)) in cases.iter().enumerate() {
@@ -1020,7 +1020,7 @@ async fn http2_gets_the_same_classes_and_limits_and_loses_the_class_header() {
                 ("user-agent", b"Mozilla/5.0 \xff\xfe Chrome"),
                 ("user-agent", b"Bytespider"),
             ],
-            "ai_trainer",
+            "other_bot",
         ),
     ];
     for (i, (headers, class)) in cases.iter().enumerate() {
