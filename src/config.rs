@@ -232,6 +232,15 @@ pub struct VerifierConfig {
     pub unknown_ttl_s: u32,
     /// How long a verifier error is remembered before the next callout for that claim, s.
     pub error_ttl_s: u32,
+    /// How long past its TTL a verdict still stands in when a new callout fails, s
+    /// (stale-if-error; 0..=604800, default 24 h): a verifier outage does not demote a
+    /// crawler verified before.
+    pub stale_if_error_s: u32,
+    /// After this many spoofed verdicts from one client prefix (the `client_ip` prefix
+    /// grouping), further claims from it are `spoofed` without a callout until the latest
+    /// spoofed verdict expires; also the most callouts in flight per prefix and worker.
+    /// 0 = no limit. Default 4.
+    pub max_spoofed_per_prefix: u32,
 }
 
 impl Default for VerifierConfig {
@@ -246,6 +255,8 @@ impl Default for VerifierConfig {
             max_ttl_s: 86_400,
             unknown_ttl_s: 30,
             error_ttl_s: 10,
+            stale_if_error_s: 86_400,
+            max_spoofed_per_prefix: 4,
         }
     }
 }
@@ -802,6 +813,12 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     }
     if !(1..=3_600).contains(&v.error_ttl_s) {
         return Err(err("verifier.error_ttl_s", "must be 1..=3600"));
+    }
+    if v.stale_if_error_s > 604_800 {
+        return Err(err("verifier.stale_if_error_s", "must be 0..=604800"));
+    }
+    if v.max_spoofed_per_prefix > 1_000 {
+        return Err(err("verifier.max_spoofed_per_prefix", "must be 0..=1000"));
     }
 
     for (i, s) in raw.rewrite.statuses.iter().enumerate() {

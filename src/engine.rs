@@ -121,6 +121,15 @@ impl Limiter {
         h.finish()
     }
 
+    /// Fingerprint of a client prefix (an address already masked to the configured prefix
+    /// length) for the per-prefix spoofed count.
+    pub fn prefix_fingerprint(&self, prefix: std::net::IpAddr) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        "prefix".hash(&mut h);
+        prefix.hash(&mut h);
+        h.finish()
+    }
+
     fn fingerprint(&self, limit_name: &str, key: &KeyPart<'_>) -> u64 {
         let mut h = self.hasher.build_hasher();
         limit_name.hash(&mut h);

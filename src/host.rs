@@ -1,145 +1,90 @@
-//! Our own thin wrappers over the proxy-wasm host calls whose SDK versions panic on an
-//! unexpected host status (shared data, metrics, time). A panic kills the worker's VM, so
-//! these return errors instead and the callers fail open.
+//! The one seam between crawlguard's request logic and the proxy: [`Host`].
+//!
+//! Everything the request machine ([`crate::request`]) and the per-worker verification
+//! ([`crate::verification`]) need from Envoy goes through this trait: the current request's
+//! headers and downstream address, time, randomness, local replies, resuming a paused
+//! request, counters, shared data, verifier callouts and switching between request contexts.
+//! `wasm_host.rs` implements it over the proxy-wasm ABI; [`crate::fake_host`] implements it
+//! in memory, so whole requests are tested on the host without Envoy.
+//!
+//! "The current request" is proxy-wasm's *effective context*: the request whose callback is
+//! running, or the one selected with [`Host::switch_to`] (the root context does that to
+//! resume requests that waited for a verdict).
 
-use crate::store::{SharedData, StoreError};
+use crate::store::SharedData;
 
-// Status values of the proxy-wasm ABI 0.2.1.
-const OK: u32 = 0;
-const NOT_FOUND: u32 = 1;
-const CAS_MISMATCH: u32 = 8;
+/// A proxy-wasm context id (one per request, one per root).
+pub type ContextId = u32;
 
-#[allow(clashing_extern_declarations)] // the SDK declares these with its own enum types
-#[link(wasm_import_module = "env")]
-extern "C" {
-    fn proxy_get_shared_data(
-        key_data: *const u8,
-        key_size: usize,
-        return_value_data: *mut *mut u8,
-        return_value_size: *mut usize,
-        return_cas: *mut u32,
-    ) -> u32;
-    fn proxy_set_shared_data(
-        key_data: *const u8,
-        key_size: usize,
-        value_data: *const u8,
-        value_size: usize,
-        cas: u32,
-    ) -> u32;
-    fn proxy_define_metric(
-        metric_type: u32,
-        name_data: *const u8,
-        name_size: usize,
-        return_id: *mut u32,
-    ) -> u32;
-    fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
-    fn proxy_get_current_time_nanoseconds(return_time: *mut u64) -> u32;
-    fn proxy_send_local_response(
-        status_code: u32,
-        status_code_details_data: *const u8,
-        status_code_details_size: usize,
-        body_data: *const u8,
-        body_size: usize,
-        headers_data: *const u8,
-        headers_size: usize,
-        grpc_status: i32,
-    ) -> u32;
+/// A host call that failed (the raw proxy-wasm status, when there is one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostError(pub u32);
+
+/// A verifier callout: `GET <path>` to `cluster` with `:authority`, answered within
+/// `timeout_ms` (DESIGN.md, "Verifier contract").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Callout<'a> {
+    /// Envoy cluster name.
+    pub cluster: &'a str,
+    /// `:authority` sent.
+    pub authority: &'a str,
+    /// `:path`, e.g. `/v1/verify?ip=192.0.2.1&bot=googlebot`.
+    pub path: &'a str,
+    /// How long Envoy waits for the answer before failing the call, ms.
+    pub timeout_ms: u64,
 }
 
-/// Answers the current request locally (Envoy `sendLocalReply`), with `details` shown as
-/// `%RESPONSE_CODE_DETAILS%` in access logs (the SDK's version sends none). `Err(status)` if
-/// the host refused.
-pub fn send_local_response(
-    status: u16,
-    details: &str,
-    headers: &[(&str, String)],
-    body: &[u8],
-) -> Result<(), u32> {
-    let map = crate::respond::serialize_headers(headers);
-    // SAFETY: every pointer/length pair is a live slice for the duration of the call.
-    let st = unsafe {
-        proxy_send_local_response(
-            u32::from(status),
-            details.as_ptr(),
-            details.len(),
-            body.as_ptr(),
-            body.len(),
-            map.as_ptr(),
-            map.len(),
-            -1, // not gRPC
-        )
-    };
-    if st == OK {
-        Ok(())
-    } else {
-        Err(st)
-    }
+/// A local reply: status, `%RESPONSE_CODE_DETAILS%`, headers and body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalReply<'a> {
+    /// HTTP status.
+    pub status: u16,
+    /// Shown as `%RESPONSE_CODE_DETAILS%` in access logs.
+    pub details: &'a str,
+    /// Response headers (lowercase names).
+    pub headers: &'a [(&'static str, String)],
+    /// Body bytes.
+    pub body: &'a [u8],
 }
 
-/// proxy-wasm shared data through the host.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct HostStore;
-
-impl SharedData for HostStore {
-    fn get(&self, key: &str) -> Result<Option<(Vec<u8>, u32)>, StoreError> {
-        let mut data: *mut u8 = std::ptr::null_mut();
-        let mut size: usize = 0;
-        let mut cas: u32 = 0;
-        // SAFETY: pointers are to live locals; on OK the host hands us a buffer it allocated
-        // through the SDK's `proxy_on_memory_allocate` (a boxed `[u8]` of exactly `size`).
-        let status = unsafe {
-            proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas)
-        };
-        match status {
-            OK if data.is_null() => Ok(Some((Vec::new(), cas))),
-            // SAFETY: see above; we take ownership of the host-allocated buffer.
-            OK => Ok(Some((
-                unsafe { Vec::from_raw_parts(data, size, size) },
-                cas,
-            ))),
-            NOT_FOUND => Ok(None),
-            other => Err(StoreError::Host(other)),
-        }
-    }
-
-    fn set(&self, key: &str, value: &[u8], cas: u32) -> Result<(), StoreError> {
-        // SAFETY: key and value are live slices for the duration of the call.
-        let status = unsafe {
-            proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas)
-        };
-        match status {
-            OK => Ok(()),
-            CAS_MISMATCH => Err(StoreError::CasMismatch),
-            other => Err(StoreError::Host(other)),
-        }
-    }
-}
-
-/// Defines a counter; `None` on any host error.
-pub fn define_counter(name: &str) -> Option<u32> {
-    let mut id = 0u32;
-    // SAFETY: name is a live slice; id a live local. Metric type 0 = counter.
-    let status = unsafe { proxy_define_metric(0, name.as_ptr(), name.len(), &mut id) };
-    (status == OK).then_some(id)
-}
-
-/// Adds 1 to a counter, ignoring host errors (stats must never fail a request).
-pub fn increment(id: u32) {
-    // SAFETY: plain values.
-    let _ = unsafe { proxy_increment_metric(id, 1) };
-}
-
-/// Host wall-clock time in ns since the Unix epoch; `None` if the host fails (the caller
-/// then fails open rather than write a bogus time into shared buckets).
-pub fn now_ns() -> Option<u64> {
-    let mut t = 0u64;
-    // SAFETY: t is a live local.
-    let status = unsafe { proxy_get_current_time_nanoseconds(&mut t) };
-    (status == OK && t > 0).then_some(t)
-}
-
-/// Uniform random u32 from the host (WASI `random_get`), 0 if unavailable (jitter is a
-/// spreading aid, not a security property).
-pub fn random_u32() -> u32 {
-    getrandom::u32().unwrap_or(0)
+/// The proxy, as the request logic sees it. Header reads return raw bytes as Envoy holds
+/// them (any bytes, not necessarily UTF-8); a failed host call reads as absent, never as an
+/// error that could fail a request.
+pub trait Host {
+    /// Wall-clock time, ns since the Unix epoch; `None` if the host fails.
+    fn now_ns(&mut self) -> Option<u64>;
+    /// A uniform random u32 (0 if unavailable: jitter is a spreading aid, not security).
+    fn random_u32(&mut self) -> u32;
+    /// The first value of request header `name` (lowercase), or a pseudo-header (`:path`).
+    fn request_header(&mut self, name: &str) -> Option<Vec<u8>>;
+    /// Every line of request header `name`, in order (single reads see only the first).
+    fn request_header_lines(&mut self, name: &str) -> Vec<Vec<u8>>;
+    /// Replaces request header `name` (every line) with `value`, or removes it (`None`).
+    fn set_request_header(&mut self, name: &str, value: Option<&[u8]>);
+    /// The downstream address as Envoy reports it (`source.address`, e.g. `1.2.3.4:5678`).
+    fn downstream_address(&mut self) -> Option<Vec<u8>>;
+    /// The first value of response header `name` (lowercase), or `:status`.
+    fn response_header(&mut self, name: &str) -> Option<Vec<u8>>;
+    /// Every line of response header `name`, in order.
+    fn response_header_lines(&mut self, name: &str) -> Vec<Vec<u8>>;
+    /// Answers the current request locally (Envoy `sendLocalReply`, applied after the
+    /// current callback returns). `Err` if the host refused: the caller fails open.
+    fn send_reply(&mut self, reply: &LocalReply<'_>) -> Result<(), HostError>;
+    /// Resumes the current (paused) request (applied after the current callback returns).
+    fn resume_request(&mut self) -> Result<(), HostError>;
+    /// Adds 1 to counter `id` (a host metric id); errors are ignored.
+    fn increment(&mut self, id: u32);
+    /// proxy-wasm shared data, seen by every worker of this Envoy.
+    fn shared_data(&self) -> &dyn SharedData;
+    /// Starts a verifier callout; its answer arrives as the root context's callout response
+    /// with the returned token (the glue reads it and hands it to
+    /// [`crate::worker::Worker::on_callout_response`]). Must be called from a root context
+    /// callback.
+    fn dispatch_callout(&mut self, callout: &Callout<'_>) -> Result<u32, HostError>;
+    /// Asks for a root context callback on this worker soon (proxy-wasm shared queue
+    /// `on_queue_ready`), where callouts can be dispatched.
+    fn wake_root(&mut self) -> Result<(), HostError>;
+    /// Makes `context` the current request (proxy-wasm `set_effective_context`). `Err` if
+    /// it no longer exists.
+    fn switch_to(&mut self, context: ContextId) -> Result<(), HostError>;
 }

@@ -1,86 +1,29 @@
-//! Stats names and bookkeeping, host-independent.
+//! Stats: every counter crawlguard defines, by name, and what each event increments.
 //!
 //! Counters, in the voice of Envoy's `local_ratelimit` (Envoy shows wasm metrics under the
 //! `wasmcustom.` prefix in `/stats`):
-//! - `crawlguard.class.<class>.<decision>`, decision in `allowed`, `limited`,
-//!   `shadow_limited`, `exempt`, `fail_open` (decided by the local fallback bucket);
+//! - `crawlguard.class.<class>.<decision>`, decision in [`DECISIONS`];
+//! - `crawlguard.exempt`: exempt paths (decided before any classification);
 //! - `crawlguard.route.<route>.limited` (enforced and shadow);
-//! - `crawlguard.store.{error,cas_exhausted,collision,corrupt}`: shared-store trouble, each
-//!   of which fell back to the local bucket.
+//! - `crawlguard.store.<event>`, event in [`STORE_EVENTS`]: shared-store trouble, each of
+//!   which fell back to the per-worker bucket;
+//! - `crawlguard.verify.<event>`, event in [`VerifyEvent::ALL`];
+//! - `crawlguard.rewrite.<fix>` ([`REWRITE_FIXES`]) and `crawlguard.rewrite.status_<code>`.
+//!
+//! [`Metrics::define`] is the one list: [`names`] runs it with a recorder, the filter with
+//! the host's `define_metric`, so the names and the ids cannot drift.
 
 use crate::classify::Class;
 use crate::config::Config;
 use crate::engine::{Decision, Outcome};
 
-/// Decisions counted per class, in id order.
-pub const DECISIONS: [&str; 5] = [
-    "allowed",
-    "limited",
-    "shadow_limited",
-    "exempt",
-    "fail_open",
-];
+/// Decisions counted per class.
+pub const DECISIONS: [&str; 4] = ["allowed", "limited", "shadow_limited", "fail_open"];
 
-/// Store event counter suffixes, in id order.
+/// Store event counter suffixes.
 pub const STORE_EVENTS: [&str; 4] = ["error", "cas_exhausted", "collision", "corrupt"];
 
-/// Verification counters (`crawlguard.verify.<event>`), in id order.
-pub const VERIFY_EVENTS: [&str; 7] = [
-    "verified",
-    "spoofed",
-    "unknown",
-    "error",
-    "cache_hit",
-    "cache_miss",
-    "in_flight",
-];
-
-/// A verification event to count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VerifyEvent {
-    /// The verifier answered `verified`.
-    Verified = 0,
-    /// The verifier answered `spoofed`.
-    Spoofed = 1,
-    /// The verifier answered `unknown`.
-    Unknown = 2,
-    /// Verifier error (dispatch refused, timeout, non-200, malformed body).
-    Error = 3,
-    /// A fresh cached verdict (or remembered error) was used.
-    CacheHit = 4,
-    /// No cached verdict.
-    CacheMiss = 5,
-    /// Another request's callout for the claim was in flight; proceeded unverified.
-    InFlight = 6,
-}
-
-/// Every counter name the filter defines for `cfg`, in definition order.
-pub fn names(cfg: &Config) -> Vec<String> {
-    let mut v = Vec::new();
-    for c in Class::ALL {
-        for d in DECISIONS {
-            v.push(format!("crawlguard.class.{}.{d}", c.as_str()));
-        }
-    }
-    for i in 0..=cfg.routes.len() {
-        v.push(format!("crawlguard.route.{}.limited", cfg.route_name(i)));
-    }
-    for e in STORE_EVENTS {
-        v.push(format!("crawlguard.store.{e}"));
-    }
-    for e in VERIFY_EVENTS {
-        v.push(format!("crawlguard.verify.{e}"));
-    }
-    for f in REWRITE_FIXES {
-        v.push(format!("crawlguard.rewrite.{f}"));
-    }
-    for code in rewrite_statuses(cfg) {
-        v.push(format!("crawlguard.rewrite.status_{code}"));
-    }
-    v
-}
-
-/// Response-path fix counters (`crawlguard.rewrite.<fix>`), in id order.
+/// Response-path fix counters (`crawlguard.rewrite.<fix>`).
 pub const REWRITE_FIXES: [&str; 5] = [
     "retry_after_added",
     "retry_after_converted",
@@ -88,6 +31,85 @@ pub const REWRITE_FIXES: [&str; 5] = [
     "cache_control_replaced",
     "degraded",
 ];
+
+/// A verification event to count (`crawlguard.verify.<event>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerifyEvent {
+    /// The verifier answered `verified`.
+    Verified,
+    /// The verifier answered `spoofed`.
+    Spoofed,
+    /// The verifier answered `unknown`.
+    Unknown,
+    /// Verifier error (dispatch refused, timeout, non-200, malformed body, too many claims
+    /// in flight) for a claim with no verdict to stand in.
+    Error,
+    /// A fresh cached verdict (or a remembered error) decided the request.
+    CacheHit,
+    /// No usable cached verdict: a callout was needed.
+    CacheMiss,
+    /// The request joined a callout already in flight for its claim and waited for it.
+    InFlight,
+    /// A stale verdict stood in for a failed callout (stale-if-error).
+    Stale,
+    /// `spoofed` without a callout: the client's prefix already produced
+    /// `verifier.max_spoofed_per_prefix` spoofed verdicts.
+    PrefixSpoofed,
+}
+
+impl VerifyEvent {
+    /// Every event, in definition order.
+    pub const ALL: [VerifyEvent; 9] = [
+        VerifyEvent::Verified,
+        VerifyEvent::Spoofed,
+        VerifyEvent::Unknown,
+        VerifyEvent::Error,
+        VerifyEvent::CacheHit,
+        VerifyEvent::CacheMiss,
+        VerifyEvent::InFlight,
+        VerifyEvent::Stale,
+        VerifyEvent::PrefixSpoofed,
+    ];
+
+    /// The counter suffix.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerifyEvent::Verified => "verified",
+            VerifyEvent::Spoofed => "spoofed",
+            VerifyEvent::Unknown => "unknown",
+            VerifyEvent::Error => "error",
+            VerifyEvent::CacheHit => "cache_hit",
+            VerifyEvent::CacheMiss => "cache_miss",
+            VerifyEvent::InFlight => "in_flight",
+            VerifyEvent::Stale => "stale",
+            VerifyEvent::PrefixSpoofed => "prefix_spoofed",
+        }
+    }
+}
+
+/// A host metric id (`None`: the definition failed; that counter is then skipped).
+type Id = Option<u32>;
+
+/// The per-class decision counters.
+#[derive(Debug, Clone, Copy, Default)]
+struct ClassCounters {
+    allowed: Id,
+    limited: Id,
+    shadow_limited: Id,
+    fail_open: Id,
+}
+
+/// Every counter's host id, by what it counts.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    class: [ClassCounters; Class::ALL.len()],
+    exempt: Id,
+    route_limited: Vec<Id>,
+    store: [Id; STORE_EVENTS.len()],
+    verify: [Id; VerifyEvent::ALL.len()],
+    rewrite_fix: [Id; REWRITE_FIXES.len()],
+    rewrite_status: Vec<(u16, Id)>,
+}
 
 /// Statuses counted as `crawlguard.rewrite.status_<code>`: the configured ones, and 503
 /// (degraded pages become 503).
@@ -99,35 +121,83 @@ fn rewrite_statuses(cfg: &Config) -> Vec<u16> {
     v
 }
 
-/// Metric ids as returned by the host, in [`names`] order (`None`: definition failed; that
-/// counter is then skipped, never an error).
-#[derive(Debug, Clone, Default)]
-pub struct Metrics {
-    ids: Vec<Option<u32>>,
-    routes: usize,
-    statuses: Vec<u16>,
-}
-
 impl Metrics {
-    /// Defines every counter through `define` (name -> host metric id).
-    pub fn define(cfg: &Config, define: &mut dyn FnMut(&str) -> Option<u32>) -> Metrics {
-        Metrics {
-            ids: names(cfg).iter().map(|n| define(n)).collect(),
-            routes: cfg.routes.len() + 1,
-            statuses: rewrite_statuses(cfg),
+    /// Defines every counter through `define` (name -> host metric id), in a fixed order.
+    pub fn define(cfg: &Config, define: &mut dyn FnMut(&str) -> Id) -> Metrics {
+        let mut m = Metrics::default();
+        for (class, c) in Class::ALL.iter().zip(m.class.iter_mut()) {
+            let mut d =
+                |decision: &str| define(&format!("crawlguard.class.{}.{decision}", class.as_str()));
+            *c = ClassCounters {
+                allowed: d("allowed"),
+                limited: d("limited"),
+                shadow_limited: d("shadow_limited"),
+                fail_open: d("fail_open"),
+            };
+        }
+        m.exempt = define("crawlguard.exempt");
+        m.route_limited = (0..=cfg.routes.len())
+            .map(|i| define(&format!("crawlguard.route.{}.limited", cfg.route_name(i))))
+            .collect();
+        for (e, id) in STORE_EVENTS.iter().zip(m.store.iter_mut()) {
+            *id = define(&format!("crawlguard.store.{e}"));
+        }
+        for (e, id) in VerifyEvent::ALL.iter().zip(m.verify.iter_mut()) {
+            *id = define(&format!("crawlguard.verify.{}", e.as_str()));
+        }
+        for (f, id) in REWRITE_FIXES.iter().zip(m.rewrite_fix.iter_mut()) {
+            *id = define(&format!("crawlguard.rewrite.{f}"));
+        }
+        m.rewrite_status = rewrite_statuses(cfg)
+            .into_iter()
+            .map(|code| (code, define(&format!("crawlguard.rewrite.status_{code}"))))
+            .collect();
+        m
+    }
+
+    /// Counts an exempt request.
+    pub fn record_exempt(&self, inc: &mut dyn FnMut(u32)) {
+        bump(self.exempt, inc);
+    }
+
+    /// Counts the decision for a request of class `class`: its decision, `fail_open` when
+    /// the per-worker fallback decided, the route's `limited`, and each kind of store trouble.
+    pub fn record(&self, class: Class, outcome: &Outcome, inc: &mut dyn FnMut(u32)) {
+        let c = self.class.get(class.index()).copied().unwrap_or_default();
+        let (decision, limited) = match outcome.decision {
+            Decision::Allowed | Decision::Exempt => (c.allowed, false),
+            Decision::Limited(_) => (c.limited, true),
+            Decision::ShadowLimited(_) => (c.shadow_limited, true),
+        };
+        bump(decision, inc);
+        if outcome.store.fell_back() {
+            bump(c.fail_open, inc);
+        }
+        if limited {
+            bump(
+                self.route_limited.get(outcome.route).copied().flatten(),
+                inc,
+            );
+        }
+        let ev = outcome.store;
+        for (n, id) in [ev.errors, ev.cas_exhausted, ev.collisions, ev.corrupt]
+            .into_iter()
+            .zip(self.store)
+        {
+            if n > 0 {
+                bump(id, inc);
+            }
         }
     }
 
-    fn id(&self, idx: usize) -> Option<u32> {
-        self.ids.get(idx).copied().flatten()
+    /// Counts verification event `e`.
+    pub fn record_verify(&self, e: VerifyEvent, inc: &mut dyn FnMut(u32)) {
+        let idx = VerifyEvent::ALL.iter().position(|x| *x == e);
+        bump(idx.and_then(|i| self.verify.get(i).copied().flatten()), inc);
     }
 
-    /// Calls `inc(id)` for a normalised upstream response: its status and each fix.
+    /// Counts a normalised upstream response: its status and each fix.
     pub fn record_rewrite(&self, plan: &crate::rewrite::Plan, inc: &mut dyn FnMut(u32)) {
-        let base = Class::ALL.len() * DECISIONS.len()
-            + self.routes
-            + STORE_EVENTS.len()
-            + VERIFY_EVENTS.len();
         let f = plan.fixes;
         let flags = [
             f.retry_after_added,
@@ -136,61 +206,30 @@ impl Metrics {
             f.cache_control_replaced,
             plan.degraded,
         ];
-        let status_idx = self.statuses.iter().position(|s| *s == plan.status);
-        let hits = flags
-            .iter()
-            .enumerate()
-            .filter(|(_, on)| **on)
-            .map(|(i, _)| base + i)
-            .chain(status_idx.map(|i| base + REWRITE_FIXES.len() + i));
-        for idx in hits {
-            if let Some(id) = self.id(idx) {
-                inc(id);
+        for (on, id) in flags.into_iter().zip(self.rewrite_fix) {
+            if on {
+                bump(id, inc);
             }
         }
+        let status = self.rewrite_status.iter().find(|(s, _)| *s == plan.status);
+        bump(status.and_then(|(_, id)| *id), inc);
     }
+}
 
-    /// Calls `inc(id)` for verification event `e`.
-    pub fn record_verify(&self, e: VerifyEvent, inc: &mut dyn FnMut(u32)) {
-        let base = Class::ALL.len() * DECISIONS.len() + self.routes + STORE_EVENTS.len();
-        if let Some(id) = self.id(base + e as usize) {
-            inc(id);
-        }
+fn bump(id: Id, inc: &mut dyn FnMut(u32)) {
+    if let Some(id) = id {
+        inc(id);
     }
+}
 
-    /// Calls `inc(id)` for every counter `outcome` of class `class` touches.
-    pub fn record(&self, class: Class, outcome: &Outcome, inc: &mut dyn FnMut(u32)) {
-        let base = class.index() * DECISIONS.len();
-        let (decision, limited) = match outcome.decision {
-            Decision::Allowed => (0, false),
-            Decision::Limited(_) => (1, true),
-            Decision::ShadowLimited(_) => (2, true),
-            Decision::Exempt => (3, false),
-        };
-        let mut bump = |idx: usize| {
-            if let Some(id) = self.id(idx) {
-                inc(id);
-            }
-        };
-        bump(base + decision);
-        if outcome.store.fell_back() {
-            bump(base + 4);
-        }
-        let routes_base = Class::ALL.len() * DECISIONS.len();
-        if limited && outcome.route < self.routes {
-            bump(routes_base + outcome.route);
-        }
-        let store_base = routes_base + self.routes;
-        let ev = outcome.store;
-        for (i, n) in [ev.errors, ev.cas_exhausted, ev.collisions, ev.corrupt]
-            .into_iter()
-            .enumerate()
-        {
-            if n > 0 {
-                bump(store_base + i);
-            }
-        }
-    }
+/// Every counter name the filter defines for `cfg`, in definition order.
+pub fn names(cfg: &Config) -> Vec<String> {
+    let mut v = Vec::new();
+    Metrics::define(cfg, &mut |n| {
+        v.push(n.to_string());
+        None
+    });
+    v
 }
 
 #[cfg(test)]
@@ -198,30 +237,51 @@ mod tests {
     use super::*;
     use crate::config;
     use crate::engine::{Reject, StoreEvents};
+    use std::collections::HashMap;
+
+    /// Defines `cfg`'s counters with ids 100, 101, ... and returns them with a name lookup.
+    fn defined(cfg: &Config) -> (Metrics, HashMap<u32, String>) {
+        let mut by_id = HashMap::new();
+        let mut next = 100;
+        let m = Metrics::define(cfg, &mut |n| {
+            next += 1;
+            by_id.insert(next, n.to_string());
+            Some(next)
+        });
+        (m, by_id)
+    }
+
+    fn hits(by_id: &HashMap<u32, String>, f: impl FnOnce(&mut dyn FnMut(u32))) -> Vec<String> {
+        let mut out = Vec::new();
+        f(&mut |id| out.push(by_id.get(&id).cloned().unwrap_or_default()));
+        out
+    }
 
     #[test]
-    fn names_and_ids_line_up() {
+    fn every_name_once_in_a_fixed_order() {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 8 * 5 + 2 + 4 + 7 + 5 + 2);
-        assert_eq!(n[53], "crawlguard.rewrite.retry_after_added");
-        assert_eq!(n[58], "crawlguard.rewrite.status_429");
-        assert_eq!(n[59], "crawlguard.rewrite.status_503");
-        assert_eq!(n[46], "crawlguard.verify.verified");
-        assert_eq!(n[52], "crawlguard.verify.in_flight");
+        assert_eq!(n.len(), 8 * 4 + 1 + 2 + 4 + 9 + 5 + 2);
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
-        assert_eq!(n[5 * 5 + 1], "crawlguard.class.human.limited");
-        assert_eq!(n[40], "crawlguard.route.api.limited");
-        assert_eq!(n[41], "crawlguard.route.default.limited");
-        assert_eq!(n[45], "crawlguard.store.corrupt");
+        assert_eq!(n[32], "crawlguard.exempt");
+        assert_eq!(n[33], "crawlguard.route.api.limited");
+        assert_eq!(n[34], "crawlguard.route.default.limited");
+        assert_eq!(
+            n.last().map(String::as_str),
+            Some("crawlguard.rewrite.status_503")
+        );
+        let mut sorted = n.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), n.len());
+    }
 
-        let mut next = 100;
-        let m = Metrics::define(&cfg, &mut |_| {
-            next += 1;
-            Some(next)
-        });
-        let mut hits = Vec::new();
+    #[test]
+    fn events_increment_the_counters_named_for_them() {
+        let cfg =
+            config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
+        let (m, by_id) = defined(&cfg);
         let out = Outcome {
             route: 1,
             decision: Decision::Limited(Reject {
@@ -234,14 +294,27 @@ mod tests {
                 ..StoreEvents::default()
             },
         };
-        m.record(Class::Human, &out, &mut |id| hits.push(id));
-        // human.limited (idx 26), human.fail_open (29), route default (41), store.error (42).
-        assert_eq!(hits, vec![101 + 26, 101 + 29, 101 + 41, 101 + 42]);
-        hits.clear();
-        m.record_verify(VerifyEvent::InFlight, &mut |id| hits.push(id));
-        m.record_verify(VerifyEvent::Verified, &mut |id| hits.push(id));
-        assert_eq!(hits, vec![101 + 52, 101 + 46]);
-        hits.clear();
+        assert_eq!(
+            hits(&by_id, |inc| m.record(Class::Human, &out, inc)),
+            [
+                "crawlguard.class.human.limited",
+                "crawlguard.class.human.fail_open",
+                "crawlguard.route.default.limited",
+                "crawlguard.store.error"
+            ]
+        );
+        assert_eq!(
+            hits(&by_id, |inc| {
+                m.record_verify(VerifyEvent::InFlight, inc);
+                m.record_verify(VerifyEvent::PrefixSpoofed, inc);
+                m.record_exempt(inc);
+            }),
+            [
+                "crawlguard.verify.in_flight",
+                "crawlguard.verify.prefix_spoofed",
+                "crawlguard.exempt"
+            ]
+        );
         let plan = crate::rewrite::Plan {
             status: 503,
             retry_after_s: 5,
@@ -252,7 +325,23 @@ mod tests {
             },
             degraded: false,
         };
-        m.record_rewrite(&plan, &mut |id| hits.push(id));
-        assert_eq!(hits, vec![101 + 54, 101 + 56, 101 + 59]);
+        assert_eq!(
+            hits(&by_id, |inc| m.record_rewrite(&plan, inc)),
+            [
+                "crawlguard.rewrite.retry_after_converted",
+                "crawlguard.rewrite.cache_control_replaced",
+                "crawlguard.rewrite.status_503"
+            ]
+        );
+    }
+
+    #[test]
+    fn failed_definitions_are_skipped() {
+        let cfg = config::parse(b"").expect("default");
+        let m = Metrics::define(&cfg, &mut |_| None);
+        let mut n = 0;
+        m.record_exempt(&mut |_| n += 1);
+        m.record_verify(VerifyEvent::Error, &mut |_| n += 1);
+        assert_eq!(n, 0);
     }
 }

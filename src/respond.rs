@@ -84,29 +84,6 @@ pub const DETAILS_LIMITED: &str = "crawlguard_rate_limited";
 /// `%RESPONSE_CODE_DETAILS%` of an upstream rejection crawlguard normalised.
 pub const DETAILS_NORMALISED: &str = "crawlguard_normalised_upstream";
 
-/// Serialises headers in the proxy-wasm map format: count (u32 LE), then per entry the key
-/// and value lengths (u32 LE each), then each key and value NUL-terminated.
-pub fn serialize_headers(headers: &[(&str, String)]) -> Vec<u8> {
-    let size = 4 + headers
-        .iter()
-        .map(|(k, v)| k.len() + v.len() + 10)
-        .sum::<usize>();
-    let mut out = Vec::with_capacity(size);
-    let len32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes();
-    out.extend_from_slice(&len32(headers.len()));
-    for (k, v) in headers {
-        out.extend_from_slice(&len32(k.len()));
-        out.extend_from_slice(&len32(v.len()));
-    }
-    for (k, v) in headers {
-        out.extend_from_slice(k.as_bytes());
-        out.push(0);
-        out.extend_from_slice(v.as_bytes());
-        out.push(0);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,19 +157,6 @@ mod tests {
         assert!(body(502).starts_with("502 Bad Gateway"));
         assert!(body(504).starts_with("504 Gateway Timeout"));
         assert!(body(507).starts_with("Server error"));
-    }
-
-    #[test]
-    fn headers_serialise_in_the_proxy_wasm_map_format() {
-        let b = serialize_headers(&[("a", "xy".to_string()), ("bc", String::new())]);
-        assert_eq!(
-            b,
-            [
-                2, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, b'a', 0, b'x', b'y', 0,
-                b'b', b'c', 0, 0
-            ]
-        );
-        assert_eq!(serialize_headers(&[]), [0, 0, 0, 0]);
     }
 
     #[test]

@@ -10,11 +10,11 @@ use crawlguard::client_ip::{client_ip, from_xff, masked, parse_addr};
 use crawlguard::config::{ClientIpConfig, IpSource, RetryAfter};
 use crawlguard::respond::retry_after_s;
 use crawlguard::rewrite::{http_date, parse_retry_after, UpstreamRetryAfter};
+use crawlguard::slot_table::{SlotTable, SlotValue};
+use crawlguard::store::mem::MemStore;
 use crawlguard::store::{decode_slot, encode_slot, Slot, SLOT_LEN};
-use crawlguard::verify::{
-    decode_verdict_slot, encode_verdict_slot, parse_response, Answer, BotVerdict, VerifyError,
-    VERDICT_SLOT_LEN,
-};
+use crawlguard::verdict_cache::{ClaimEntry, PrefixEntry};
+use crawlguard::verify::{parse_response, Answer, BotVerdict, VerifyError};
 use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -594,34 +594,46 @@ proptest! {
     }
 
     #[test]
-    fn verdict_slot_roundtrips(fp in any::<u64>(), state in any::<u8>(), expires_ns in any::<u64>()) {
-        let bytes = encode_verdict_slot(fp, state, expires_ns);
-        prop_assert_eq!(bytes.len(), VERDICT_SLOT_LEN);
-        prop_assert_eq!(decode_verdict_slot(&bytes), Some((fp, state, expires_ns)));
-        for n in 0..VERDICT_SLOT_LEN {
-            prop_assert_eq!(decode_verdict_slot(bytes.get(..n).unwrap_or_default()), None);
-        }
-        let mut longer = bytes.to_vec();
-        longer.push(0);
-        prop_assert_eq!(decode_verdict_slot(&longer), None);
+    fn claim_entry_roundtrips(verdict in 0u8..4, fresh in any::<u64>(), stale in any::<u64>(), backoff in any::<u64>()) {
+        let e = ClaimEntry {
+            verdict: match verdict {
+                0 => None,
+                1 => Some(BotVerdict::Verified),
+                2 => Some(BotVerdict::Spoofed),
+                _ => Some(BotVerdict::Unknown),
+            },
+            fresh_until_ns: fresh,
+            stale_until_ns: stale,
+            backoff_until_ns: backoff,
+        };
+        let mut b = [0u8; ClaimEntry::LEN];
+        e.encode(&mut b);
+        prop_assert_eq!(ClaimEntry::decode(&b), Some(e));
     }
 
     #[test]
-    fn verdict_slot_decode_of_arbitrary_bytes(raw in prop_oneof![
+    fn prefix_entry_roundtrips(spoofed in any::<u32>(), until in any::<u64>()) {
+        let e = PrefixEntry { spoofed, until_ns: until };
+        let mut b = [0u8; PrefixEntry::LEN];
+        e.encode(&mut b);
+        prop_assert_eq!(PrefixEntry::decode(&b), Some(e));
+    }
+
+    #[test]
+    fn arbitrary_slot_bytes_never_misread(raw in prop_oneof![
         prop::collection::vec(any::<u8>(), 0..64),
-        prop::collection::vec(any::<u8>(), 18..=18),
-    ]) {
-        match decode_verdict_slot(&raw) {
-            None => prop_assert!(raw.len() != VERDICT_SLOT_LEN || raw.first() != Some(&1)),
-            Some((fp, st, exp)) => {
-                prop_assert_eq!(raw.len(), VERDICT_SLOT_LEN);
-                let again = encode_verdict_slot(fp, st, exp);
-                prop_assert_eq!(again.as_slice(), raw.as_slice());
-            }
+        prop::collection::vec(any::<u8>(), 34..=34),
+    ], fp in any::<u64>()) {
+        // Whatever a slot holds, reading it through the table never panics, and what
+        // decodes re-encodes to the same bytes.
+        let t: SlotTable<ClaimEntry> = SlotTable::new("p:", 1, 2);
+        let store = MemStore::default();
+        store.poke("p:0", &raw);
+        if let Ok(Some(e)) = t.get(&store, fp, 0) {
+            let mut b = [0u8; ClaimEntry::LEN];
+            e.encode(&mut b);
+            prop_assert_eq!(raw.get(9..), Some(&b[..]));
         }
-        // A bucket slot is never read as a verdict slot, nor the other way round.
-        if raw.len() != SLOT_LEN {
-            prop_assert_eq!(decode_slot(&raw), None);
-        }
+        let _ = t.measure_and_replace(&store, fp, 0, |e| ((), e.or(Some(ClaimEntry::default()))));
     }
 }

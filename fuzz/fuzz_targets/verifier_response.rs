@@ -49,6 +49,8 @@ fuzz_target!(|data: &[u8]| {
             assert!(s.chars().count() <= 16);
         }
         Err(VerifyError::Body(_)) => assert_eq!(status, Some(&b"200"[..])),
-        Err(VerifyError::Dispatch) => panic!("parse_response never says Dispatch"),
+        Err(VerifyError::Dispatch | VerifyError::Overloaded) => {
+            panic!("parse_response never says Dispatch or Overloaded")
+        }
     }
 });

@@ -359,12 +359,8 @@ async fn exempt_robots_txt_and_sitemaps() {
         get(&c, &envoy.url("/"), UA_GOOGLEBOT, &[]).await.status,
         429
     );
-    assert_eq!(
-        envoy
-            .counter("crawlguard.class.unverified_bot.exempt")
-            .await,
-        3
-    );
+    // Exempt paths are decided before classification: one class-less counter.
+    assert_eq!(envoy.counter("crawlguard.exempt").await, 3);
     assert_eq!(
         envoy
             .counter("crawlguard.class.unverified_bot.limited")

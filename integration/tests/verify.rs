@@ -620,8 +620,7 @@ async fn spoofer_flood_leaves_the_verified_googlebot_quota_unchanged() {
     );
     assert_eq!(classes(&googlebot), vec!["search_crawler"; 10]);
 
-    // Each scraper is held to its spoofed (1) and, while its verdict was pending,
-    // unverified_bot (2) limits; none ever gets crawler quota or a 5xx.
+    // Each scraper is held to its spoofed limit (1); none ever gets crawler quota or a 5xx.
     let mut flood_allowed = 0;
     for (i, replies) in per_spoofer.iter().enumerate().skip(1) {
         assert_eq!(replies.len(), PER_SPOOFER);
@@ -632,8 +631,9 @@ async fn spoofer_flood_leaves_the_verified_googlebot_quota_unchanged() {
         let spoofed = cls.iter().filter(|c| **c == "spoofed").count();
         let unverified = cls.iter().filter(|c| **c == "unverified_bot").count();
         assert_eq!(spoofed + unverified, cls.len(), "spoofer {i}: {cls:?}");
+        // Requests paused on the pending verdict get it: none slips through unverified.
         assert!(
-            spoofed <= 1 && unverified <= 2,
+            spoofed <= 1 && unverified == 0,
             "spoofer {i} got more than its limits: {cls:?}"
         );
         flood_allowed += cls.len();
@@ -650,8 +650,12 @@ async fn spoofer_flood_leaves_the_verified_googlebot_quota_unchanged() {
         stat("crawlguard.class.spoofed.limited") + stat("crawlguard.class.unverified_bot.limited"),
         (50 * PER_SPOOFER - flood_allowed) as u64
     );
-    // One verification per address, across both workers.
-    assert_eq!(stat("crawlguard.verify.spoofed"), 50, "{stats:?}");
+    // At most one verification per address and worker.
+    let lookups = stat("crawlguard.verify.spoofed");
+    assert!(
+        (50..=100).contains(&lookups),
+        "{lookups} lookups: {stats:?}"
+    );
     assert_eq!(stat("crawlguard.verify.verified"), 1, "{stats:?}");
     assert_eq!(stat("crawlguard.verify.error"), 0, "{stats:?}");
     eprintln!(

@@ -273,3 +273,37 @@ async fn address_churn_inside_one_ipv6_64_costs_a_bounded_number_of_lookups() {
     assert_eq!(lookups(&s.envoy).await, 5);
     s.assert_no_panic();
 }
+
+#[tokio::test]
+async fn robots_txt_from_a_fresh_claim_is_served_without_waiting_for_the_verifier() {
+    // A verifier that accepts connections and never answers; the filter would wait 5 s.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = silent.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in silent.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    let envoy = crawlguard_integration::Envoy::start(
+        EnvoyOpts::with_config(json!({"verifier": {"timeout_ms": 5000}})).real_verifier(port),
+    )
+    .await;
+    let c = client(local(30));
+    for path in ["/robots.txt", "/sitemap.xml"] {
+        let started = Instant::now();
+        let r = get(&c, &envoy.url(path), UA_GOOGLEBOT, &[]).await;
+        let took = started.elapsed();
+        eprintln!(
+            "{path} for a fresh Googlebot claim: {} in {took:?}",
+            r.status
+        );
+        assert_eq!(r.status, 200);
+        assert!(took < Duration::from_millis(1000), "{path} waited {took:?}");
+        // Forwarded before classification: no class header upstream.
+        assert_eq!(r.upstream_class(), None);
+    }
+    assert_eq!(lookups(&envoy).await, 0);
+    assert_eq!(envoy.counter("crawlguard.exempt").await, 2);
+    assert_eq!(envoy.counter("crawlguard.verify.cache_miss").await, 0);
+}

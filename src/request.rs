@@ -1,0 +1,424 @@
+//! One request, as a state machine driven by the proxy-wasm callbacks through [`Host`]:
+//!
+//! ```text
+//! Start --exempt path--------------------------------------> Exempt (forwarded, no class)
+//!   |--classify; claim to verify, no usable verdict--------> AwaitingVerdict --verdict--+
+//!   |--class known (browser, script, cached verdict, ...)-----------------------------+
+//!                                                                                     v
+//!                                          limits: Forwarded(class) or Replied (429/503/400)
+//! ```
+//!
+//! On the response path an upstream rejection (or a degraded page for a verified crawler)
+//! is replaced by crawlguard's own; a request answered by crawlguard itself is never
+//! rewritten. `filter.rs` only translates callbacks into these calls.
+
+use crate::classify::Class;
+use crate::client_ip;
+use crate::config::{Config, IpSource, KeyKind};
+use crate::engine::{self, Decision};
+use crate::flights::{Claim, Waiter};
+use crate::host::{ContextId, Host, LocalReply};
+use crate::respond;
+use crate::rewrite;
+use crate::verification::{self, Check};
+use crate::worker::Worker;
+use std::cell::RefCell;
+use std::net::IpAddr;
+use std::rc::Weak;
+
+/// How the root context refers to a paused request (weak: the request may be gone).
+pub type Handle = Weak<RefCell<RequestState>>;
+
+/// What the proxy should do with the request after a callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Go on (forward, or let our local reply go out).
+    Continue,
+    /// Stop here: paused for a verdict, or answered locally.
+    Pause,
+}
+
+/// Where the request is.
+#[derive(Debug, Default)]
+enum Phase {
+    /// Request headers not seen yet (or the filter did not handle them).
+    #[default]
+    Start,
+    /// An exempt path, forwarded untouched by limits and verification.
+    Exempt,
+    /// Paused until its claim's verdict arrives.
+    AwaitingVerdict(Box<Facts>),
+    /// Sent upstream with this class.
+    Forwarded(Class),
+    /// Answered locally by crawlguard.
+    Replied,
+}
+
+/// The request facts verification and limiting need, read once from the request headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    /// `:path`, query string included.
+    pub path: Vec<u8>,
+    /// Envoy's downstream address (`source.address`).
+    pub remote: Option<Vec<u8>>,
+    /// `x-forwarded-for`, read only with `client_ip.source: xff`.
+    pub xff: Option<Vec<u8>>,
+    /// The full client address (per `client_ip`); `None` if nothing parses.
+    pub client_ip: Option<IpAddr>,
+    /// The path (query ignored) is in `exempt_paths`.
+    pub exempt: bool,
+}
+
+impl Facts {
+    /// Reads the facts of the current request (host calls: `:path`, the downstream
+    /// address, and `x-forwarded-for` when configured).
+    pub fn read(cfg: &Config, host: &mut dyn Host) -> Facts {
+        let path = host.request_header(":path").unwrap_or_default();
+        let exempt = {
+            let p = engine::path_only(&path);
+            cfg.exempt_paths.iter().any(|e| e.as_bytes() == p)
+        };
+        if exempt {
+            // Nothing else is needed for an exempt path.
+            return Facts {
+                path,
+                remote: None,
+                xff: None,
+                client_ip: None,
+                exempt,
+            };
+        }
+        let remote = host.downstream_address();
+        let xff = match cfg.client_ip.source {
+            IpSource::Xff => host.request_header("x-forwarded-for"),
+            IpSource::RemoteAddress => None,
+        };
+        let client_ip = client_ip::client_ip(&cfg.client_ip, remote.as_deref(), xff.as_deref());
+        Facts {
+            path,
+            remote,
+            xff,
+            client_ip,
+            exempt,
+        }
+    }
+}
+
+/// One request's state (held by its proxy-wasm context, and weakly by a flight while
+/// paused).
+#[derive(Debug, Default)]
+pub struct RequestState {
+    phase: Phase,
+}
+
+impl RequestState {
+    /// The class the request was forwarded with, if it was.
+    pub fn forwarded_class(&self) -> Option<Class> {
+        match self.phase {
+            Phase::Forwarded(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// True while paused for a verdict.
+    pub fn is_awaiting_verdict(&self) -> bool {
+        matches!(self.phase, Phase::AwaitingVerdict(_))
+    }
+
+    /// True once crawlguard answered the request itself.
+    pub fn replied(&self) -> bool {
+        matches!(self.phase, Phase::Replied)
+    }
+
+    /// Request headers arrived. `me` is this request's own handle and `context` its
+    /// context id (kept by a flight if the request pauses for a verdict).
+    pub fn on_request_headers(
+        &mut self,
+        me: Handle,
+        context: ContextId,
+        w: &Worker,
+        host: &mut dyn Host,
+    ) -> Step {
+        let cfg = &w.cfg;
+        // Never trust a class header sent by the client.
+        host.set_request_header(&cfg.class_header, None);
+        let facts = Facts::read(cfg, host);
+        if facts.exempt {
+            // Before classification and verification: robots.txt and sitemaps are never
+            // paused or limited.
+            w.metrics.record_exempt(&mut |id| host.increment(id));
+            self.phase = Phase::Exempt;
+            return Step::Continue;
+        }
+        let ua = host.request_header("user-agent");
+        let c = cfg.classifier.classify(ua.as_deref());
+        let class = match c.bot {
+            Some(bot) if bot.verify && cfg.verifier.enabled => {
+                match verify_claim(me, context, w, host, &facts, &bot.id, bot.class) {
+                    Some(class) => class,
+                    None => {
+                        self.phase = Phase::AwaitingVerdict(Box::new(facts));
+                        return Step::Pause;
+                    }
+                }
+            }
+            _ => c.class,
+        };
+        self.decide(w, host, &facts, class)
+    }
+
+    /// The verdict arrived while paused: decide with `class`. Returns what the proxy should
+    /// do; `Continue` means the caller must resume the request.
+    fn on_verdict(&mut self, w: &Worker, host: &mut dyn Host, class: Class) -> Option<Step> {
+        let Phase::AwaitingVerdict(facts) = std::mem::take(&mut self.phase) else {
+            return None;
+        };
+        Some(self.decide(w, host, &facts, class))
+    }
+
+    /// Takes tokens for `class` and forwards (annotated with the class) or answers locally.
+    fn decide(&mut self, w: &Worker, host: &mut dyn Host, facts: &Facts, class: Class) -> Step {
+        let cfg = &w.cfg;
+        let Some(now) = host.now_ns() else {
+            return self.forward(cfg, host, class);
+        };
+        // Header-keyed limits need every line of their header; read them up front (only
+        // when such limits exist).
+        let key_headers: Vec<(&str, Vec<Vec<u8>>)> = cfg
+            .limits
+            .iter()
+            .filter_map(|l| match &l.key {
+                KeyKind::Header(name) => Some(name.as_str()),
+                _ => None,
+            })
+            .map(|name| (name, host.request_header_lines(name)))
+            .collect();
+        let header = |name: &str| -> Vec<Vec<u8>> {
+            key_headers
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let req = engine::Request {
+            path: &facts.path,
+            remote_address: facts.remote.as_deref(),
+            xff: facts.xff.as_deref(),
+            header: &header,
+        };
+        let out = match w.limiter.try_borrow_mut() {
+            Ok(mut lim) => engine::decide(
+                cfg,
+                &mut lim,
+                host.shared_data(),
+                &req,
+                class,
+                now,
+                &mut || w.next_random(),
+            ),
+            Err(_) => return self.forward(cfg, host, class),
+        };
+        w.metrics.record(class, &out, &mut |id| host.increment(id));
+        if out.store.fell_back() && w.store_warning.due(now) {
+            log::warn!(
+                "shared store unavailable, using local buckets: {:?}",
+                out.store
+            );
+        }
+        let r = match out.decision {
+            Decision::Limited(r) => r,
+            Decision::ShadowLimited(r) => {
+                // Shadow mode: say what enforcement would have done, then forward.
+                log::debug!(
+                    "shadow_limited class={} route={} limit={} retry_after_s={} status={}",
+                    class.as_str(),
+                    cfg.route_name(out.route),
+                    cfg.limits.get(r.limit).map_or("?", |l| l.name.as_str()),
+                    r.retry_after_s,
+                    r.status
+                );
+                return self.forward(cfg, host, class);
+            }
+            Decision::Allowed | Decision::Exempt => return self.forward(cfg, host, class),
+        };
+        let limit = cfg.limits.get(r.limit);
+        log::debug!(
+            "limited class={} route={} limit={} key={} retry_after_s={} status={}",
+            class.as_str(),
+            cfg.route_name(out.route),
+            limit.map_or("?", |l| l.name.as_str()),
+            limit.map_or("?", |l| l.key.kind_str()),
+            r.retry_after_s,
+            r.status
+        );
+        let rl = limit.filter(|_| cfg.ratelimit_headers).map(|l| {
+            (
+                l.name.as_str(),
+                l.burst,
+                (f64::from(l.burst) / l.rate_per_s).ceil() as u64,
+            )
+        });
+        let rej = respond::rejection(r.status, r.retry_after_s, rl);
+        // Annotate the rejected request too, so access logs show the class (%REQ(...)%).
+        host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
+        if self.reply(host, &rej, respond::DETAILS_LIMITED) {
+            Step::Pause
+        } else {
+            self.forward(cfg, host, class)
+        }
+    }
+
+    /// Sends `rej` as a local reply; false if the host refused (the caller fails open).
+    fn reply(&mut self, host: &mut dyn Host, rej: &respond::Rejection, details: &str) -> bool {
+        let sent = host
+            .send_reply(&LocalReply {
+                status: rej.status,
+                details,
+                headers: &rej.headers,
+                body: rej.body.as_bytes(),
+            })
+            .is_ok();
+        if sent {
+            self.phase = Phase::Replied;
+        }
+        sent
+    }
+
+    /// Lets the request go upstream, annotated with its class.
+    fn forward(&mut self, cfg: &Config, host: &mut dyn Host, class: Class) -> Step {
+        self.phase = Phase::Forwarded(class);
+        host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
+        Step::Continue
+    }
+
+    /// Response headers arrived: replaces an upstream rejection (or a degraded page for a
+    /// verified crawler) with crawlguard's own, decided from headers alone; Envoy then drops
+    /// the upstream body unread. Our own replies are never rewritten.
+    pub fn on_response_headers(&mut self, w: &Worker, host: &mut dyn Host, eos: bool) -> Step {
+        if self.replied() {
+            return Step::Continue;
+        }
+        let cfg = &w.cfg;
+        let status = host.response_header(":status");
+        // Cheap exit for the common case before reading anything else.
+        let code = status.as_deref().unwrap_or_default();
+        let num = std::str::from_utf8(code)
+            .ok()
+            .and_then(|c| c.parse::<u16>().ok());
+        // The degraded header matters only on a 200; read it only then.
+        let degraded = num == Some(200)
+            && cfg
+                .degraded
+                .as_deref()
+                .is_some_and(|h| host.response_header(h).is_some());
+        let candidate = cfg.rewrite.enabled
+            && num.is_some_and(|n| cfg.rewrite.statuses.contains(&n) || degraded);
+        if !candidate {
+            return Step::Continue;
+        }
+        // Not forwarded by us (a filter before ours answered, or an exempt path): classify
+        // now, by User-Agent alone (claims count as unverified).
+        let class = self.forwarded_class().unwrap_or_else(|| {
+            cfg.classifier
+                .classify(host.request_header("user-agent").as_deref())
+                .class
+        });
+        let retry_after = host.response_header_lines("retry-after");
+        let cache_control = host.response_header("cache-control");
+        let has_body = !eos
+            && host
+                .response_header("content-length")
+                .is_none_or(|l| l.trim_ascii() != b"0");
+        let up = rewrite::Upstream {
+            status: status.as_deref(),
+            retry_after: &retry_after,
+            cache_control: cache_control.as_deref(),
+            degraded,
+            has_body,
+        };
+        let now_s = host.now_ns().unwrap_or(0) / 1_000_000_000;
+        let Some(plan) = rewrite::plan(cfg, class, &up, now_s, &mut || w.next_random()) else {
+            return Step::Continue;
+        };
+        w.metrics
+            .record_rewrite(&plan, &mut |id| host.increment(id));
+        log::debug!(
+            "normalised upstream {} -> {} class={} retry_after_s={} {:?}",
+            String::from_utf8_lossy(code),
+            plan.status,
+            class.as_str(),
+            plan.retry_after_s,
+            plan.fixes
+        );
+        let rej = respond::rejection(plan.status, plan.retry_after_s, None);
+        if self.reply(host, &rej, respond::DETAILS_NORMALISED) {
+            Step::Pause
+        } else {
+            Step::Continue
+        }
+    }
+}
+
+/// The class of a `verify: true` claim from what is known now, or `None` after pausing the
+/// request on the claim's flight.
+fn verify_claim(
+    me: Handle,
+    context: ContextId,
+    w: &Worker,
+    host: &mut dyn Host,
+    facts: &Facts,
+    bot_id: &str,
+    bot_class: Class,
+) -> Option<Class> {
+    let Some(now) = host.now_ns() else {
+        // No clock: no cache, no deadline. Decide as a verifier error would.
+        return Some(match w.cfg.verifier.on_error {
+            crate::config::OnError::UnverifiedBot => Class::UnverifiedBot,
+            crate::config::OnError::ClaimedClass => bot_class,
+        });
+    };
+    // The claim is about the full address; the prefix groups it like the buckets do.
+    let Some(ip) = facts.client_ip else {
+        return Some(Class::UnverifiedBot);
+    };
+    let (fp, prefix_fp) = match w.limiter.try_borrow() {
+        Ok(l) => (
+            l.claim_fingerprint(ip, bot_id),
+            l.prefix_fingerprint(client_ip::masked(ip, &w.cfg.client_ip)),
+        ),
+        Err(_) => return Some(Class::UnverifiedBot),
+    };
+    let claim = Claim {
+        fp,
+        prefix_fp,
+        ip,
+        bot_id: bot_id.to_string(),
+        bot_class,
+    };
+    let waiter = Waiter {
+        context,
+        handle: me,
+        deadline_ns: now.saturating_add(u64::from(w.cfg.verifier.timeout_ms) * 1_000_000),
+    };
+    match verification::check(w, host, &claim, waiter, now) {
+        Check::Class(class) => Some(class),
+        Check::Wait => None,
+    }
+}
+
+/// Resumes a request paused on a verdict, with `class` (root side; the request may be gone,
+/// or already resumed, in which case nothing happens).
+pub fn resume(w: &Worker, host: &mut dyn Host, waiter: &Waiter<Handle>, class: Class) {
+    let Some(rc) = waiter.handle.upgrade() else {
+        return;
+    };
+    let Ok(mut state) = rc.try_borrow_mut() else {
+        return;
+    };
+    if !state.is_awaiting_verdict() || host.switch_to(waiter.context).is_err() {
+        return;
+    }
+    if state.on_verdict(w, host, class) == Some(Step::Continue) {
+        let _ = host.resume_request();
+    }
+}

@@ -1,0 +1,183 @@
+//! Per-worker state: one [`Worker`] per Envoy worker (proxy-wasm VM), built from the
+//! configuration once by the root context and shared (`Rc`) with every request context.
+//! Also the root context's events, in plain Rust: a wake-up to dispatch verifier callouts,
+//! a callout's answer, the periodic tick, and going away.
+
+use crate::config::Config;
+use crate::engine::Limiter;
+use crate::flights::Flights;
+use crate::host::Host;
+use crate::metrics::{Metrics, VerifyEvent};
+use crate::request::{self, Handle};
+use crate::verdict_cache::VerdictCache;
+use crate::verification::{self, Resolution};
+use std::cell::{Cell, RefCell};
+
+/// Minimum gap between two warnings of one kind per worker, ns.
+const WARN_EVERY_NS: u64 = 10_000_000_000;
+
+/// A warning that is logged at most once every 10 s per worker, so a failing dependency
+/// cannot flood Envoy's log at request rate (the counters still count every event).
+#[derive(Debug, Default)]
+pub struct WarnEvery10s {
+    last_ns: Cell<Option<u64>>,
+}
+
+impl WarnEvery10s {
+    /// True (and remembers `now_ns`) when no warning of this kind was logged in the last 10 s.
+    pub fn due(&self, now_ns: u64) -> bool {
+        let due = self
+            .last_ns
+            .get()
+            .is_none_or(|last| now_ns.saturating_sub(last) >= WARN_EVERY_NS);
+        if due {
+            self.last_ns.set(Some(now_ns));
+        }
+        due
+    }
+}
+
+/// Everything one worker keeps between requests.
+pub struct Worker {
+    /// The validated configuration.
+    pub cfg: Config,
+    /// Bucket slot table, per-worker fallback buckets and the keyed hasher.
+    pub limiter: RefCell<Limiter>,
+    /// Crawler verdicts and per-prefix spoofed counts (shared data).
+    pub verdicts: VerdictCache,
+    /// Counter ids.
+    pub metrics: Metrics,
+    /// Verifier callouts in flight on this worker and the requests paused on them.
+    pub flights: RefCell<Flights<Handle>>,
+    /// Shared-store trouble warnings.
+    pub store_warning: WarnEvery10s,
+    /// Verifier error warnings.
+    pub verifier_warning: WarnEvery10s,
+    /// A root wake-up is already queued (one is enough for any number of new flights).
+    wake_pending: Cell<bool>,
+    /// State of the jitter generator (xorshift64*; seeded per worker).
+    rng: Cell<u64>,
+}
+
+impl Worker {
+    /// Builds a worker for `cfg`; `seed` seeds Retry-After jitter (any value; 0 is fine).
+    pub fn new(cfg: Config, metrics: Metrics, seed: u64) -> Worker {
+        let limiter = Limiter::new(&cfg);
+        let verdicts = VerdictCache::new(cfg.verifier.cache_slots, cfg.store.cas_retries);
+        Worker {
+            cfg,
+            limiter: RefCell::new(limiter),
+            verdicts,
+            metrics,
+            flights: RefCell::new(Flights::default()),
+            store_warning: WarnEvery10s::default(),
+            verifier_warning: WarnEvery10s::default(),
+            wake_pending: Cell::new(false),
+            // Never 0 (xorshift's fixed point).
+            rng: Cell::new(seed | 1),
+        }
+    }
+
+    /// Creates every missing shared-data slot (buckets, verdicts); returns slots created.
+    pub fn precreate(
+        &self,
+        store: &dyn crate::store::SharedData,
+    ) -> Result<usize, crate::store::StoreError> {
+        let buckets = match self.limiter.try_borrow() {
+            Ok(l) => l.table().precreate(store)?,
+            Err(_) => 0,
+        };
+        Ok(buckets + self.verdicts.precreate(store)?)
+    }
+
+    /// One line for the log at configuration time.
+    pub fn summary(&self) -> String {
+        let c = &self.cfg;
+        format!(
+            "configured: mode {:?}, {} limits, {} routes, {} bots, {} bucket slots, {} verdict slots",
+            c.mode,
+            c.limits.len(),
+            c.routes.len(),
+            c.classifier.entries().len(),
+            self.limiter.try_borrow().map_or(0, |l| l.table().len()),
+            self.verdicts.claim_slots()
+        )
+    }
+
+    /// A uniform random u32 for Retry-After jitter. Jitter only has to spread clients out,
+    /// so a per-worker xorshift64* (no host call per rejection) is enough.
+    pub fn next_random(&self) -> u32 {
+        let mut x = self.rng.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.set(x);
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
+    }
+
+    /// Counts verification event `e`.
+    pub fn count_verify(&self, host: &mut dyn Host, e: VerifyEvent) {
+        self.metrics.record_verify(e, &mut |id| host.increment(id));
+    }
+
+    /// Asks for a root wake-up unless one is already queued; false if the host refused.
+    pub fn request_wake(&self, host: &mut dyn Host) -> bool {
+        if self.wake_pending.get() {
+            return true;
+        }
+        let ok = host.wake_root().is_ok();
+        self.wake_pending.set(ok);
+        ok
+    }
+
+    /// Root: the wake-up arrived; dispatch queued callouts.
+    pub fn on_wake(&self, host: &mut dyn Host) {
+        self.wake_pending.set(false);
+        let now = host.now_ns().unwrap_or(0);
+        let resumed = verification::dispatch_queued(self, host, now);
+        self.resume(host, resumed);
+    }
+
+    /// Root: the answer to callout `token` arrived (`status` `None`: no response; `body` at
+    /// most [`verification::MAX_VERIFIER_BODY`] bytes).
+    pub fn on_callout_response(
+        &self,
+        host: &mut dyn Host,
+        token: u32,
+        status: Option<&[u8]>,
+        body: &[u8],
+    ) {
+        let now = host.now_ns().unwrap_or(0);
+        let resumed = verification::on_callout_response(self, host, token, status, body, now);
+        self.resume(host, resumed);
+    }
+
+    /// Root: periodic tick; resumes requests whose deadline passed (safety net).
+    pub fn on_tick(&self, host: &mut dyn Host) {
+        let empty = self.flights.try_borrow().map_or(true, |f| f.is_empty());
+        if empty {
+            return;
+        }
+        let now = host.now_ns().unwrap_or(u64::MAX);
+        let mut resumed = verification::expire(self, host, now);
+        resumed.extend(verification::dispatch_queued(self, host, now));
+        self.resume(host, resumed);
+    }
+
+    /// Root: the root context goes away; nothing may stay paused.
+    pub fn on_root_done(&self, host: &mut dyn Host) {
+        let now = host.now_ns().unwrap_or(0);
+        let resumed = verification::drain(self, host, now);
+        self.resume(host, resumed);
+    }
+
+    /// Resumes each paused request with its class (requests already gone are skipped).
+    fn resume(&self, host: &mut dyn Host, resolutions: Vec<Resolution>) {
+        for r in resolutions {
+            if let Some(e) = r.event {
+                self.count_verify(host, e);
+            }
+            request::resume(self, host, &r.waiter, r.class);
+        }
+    }
+}

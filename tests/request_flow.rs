@@ -1,0 +1,417 @@
+//! Whole requests through the request machine and a worker, on the host: the fake proxy
+//! (`crawlguard::fake_host`) plays Envoy's callbacks, the verifier's answers and the clock.
+//! One test per promise, exact values.
+
+use crawlguard::fake_host::FakeProxy;
+use crawlguard::request::Step;
+
+const T0: u64 = 1_700_000_000_000_000_000;
+const MS: u64 = 1_000_000;
+const S: u64 = 1_000_000_000;
+
+const CHROME: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like \
+                      Gecko) Chrome/124.0.0.0 Safari/537.36";
+const GOOGLEBOT: &str = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
+
+/// Per-IP limits at 0.001 token/s (nothing refills during a test): search_crawler 50,
+/// unverified_bot 2, spoofed 1, human 3.
+const LIMITS: &str = r#""limits":[
+  {"name":"crawler","class":"search_crawler","route":"*","rate_per_s":0.001,"burst":50,"key":"client_ip"},
+  {"name":"unverified","class":"unverified_bot","route":"*","rate_per_s":0.001,"burst":2,"key":"client_ip"},
+  {"name":"spoofed","class":"spoofed","route":"*","rate_per_s":0.001,"burst":1,"key":"client_ip"},
+  {"name":"human","class":"human","route":"*","rate_per_s":0.001,"burst":3,"key":"client_ip"}]"#;
+
+fn proxy(extra: &str) -> FakeProxy {
+    let sep = if extra.is_empty() { "" } else { "," };
+    FakeProxy::new(&format!("{{{LIMITS}{sep}{extra}}}"), T0)
+}
+
+const G: &str = "192.0.2.1:4000";
+
+#[test]
+fn browser_is_forwarded_as_human_then_limited_with_a_clean_429() {
+    let mut p = proxy("");
+    for _ in 0..3 {
+        let (ctx, step) = p.get("/page", CHROME, G);
+        assert_eq!(step, Step::Continue);
+        assert_eq!(p.class_of(ctx).as_deref(), Some("human"));
+    }
+    let (ctx, step) = p.get("/page", CHROME, G);
+    assert_eq!(step, Step::Pause);
+    let reply = p.req(ctx).reply.clone().expect("local reply");
+    assert_eq!(reply.status, 429);
+    assert_eq!(reply.details, "crawlguard_rate_limited");
+    assert_eq!(reply.header("cache-control"), Some("no-store"));
+    assert_eq!(
+        reply.body,
+        b"429 Too Many Requests: try again after Retry-After\n"
+    );
+    assert_eq!(p.counter("crawlguard.class.human.allowed"), 3);
+    assert_eq!(p.counter("crawlguard.class.human.limited"), 1);
+}
+
+#[test]
+fn a_client_sent_class_header_never_reaches_upstream() {
+    let mut p = proxy("");
+    let (ctx, _) = p.request(
+        &[
+            (":path", "/"),
+            ("user-agent", CHROME),
+            ("x-crawler-class", "search_crawler"),
+            ("x-crawler-class", "search_crawler"),
+        ],
+        G,
+    );
+    let sent: Vec<&[u8]> = p
+        .req(ctx)
+        .request_headers
+        .iter()
+        .filter(|(k, _)| k == "x-crawler-class")
+        .map(|(_, v)| v.as_slice())
+        .collect();
+    assert_eq!(sent, vec![&b"human"[..]]);
+}
+
+#[test]
+fn claim_callout_verdict_decide_for_a_verified_crawler() {
+    let mut p = proxy("");
+    let (ctx, step) = p.get("/page", GOOGLEBOT, G);
+    // Paused; the callout is dispatched from the root context on the wake-up.
+    assert_eq!(step, Step::Pause);
+    assert_eq!(p.host.wakes, 1);
+    assert!(p.host.callouts.is_empty());
+    p.wake();
+    assert_eq!(p.host.callouts.len(), 1);
+    let c = p.host.callouts[0].clone();
+    assert_eq!(c.cluster, "crawlguard_verifier");
+    assert_eq!(c.path, "/v1/verify?ip=192.0.2.1&bot=googlebot");
+    assert_eq!(c.timeout_ms, 500);
+    p.verdict(c.token, "192.0.2.1", "googlebot", "verified", 3600);
+    assert_eq!(p.req(ctx).resumed, 1);
+    assert_eq!(p.class_of(ctx).as_deref(), Some("search_crawler"));
+    // The next request is a cache hit: no pause, no callout.
+    let (ctx2, step) = p.get("/page", GOOGLEBOT, G);
+    assert_eq!(step, Step::Continue);
+    assert_eq!(p.class_of(ctx2).as_deref(), Some("search_crawler"));
+    assert_eq!(p.host.callouts.len(), 1);
+    assert_eq!(p.counter("crawlguard.verify.cache_miss"), 1);
+    assert_eq!(p.counter("crawlguard.verify.verified"), 1);
+    assert_eq!(p.counter("crawlguard.verify.cache_hit"), 1);
+    assert_eq!(p.counter("crawlguard.class.search_crawler.allowed"), 2);
+}
+
+#[test]
+fn every_request_of_a_claim_in_flight_waits_for_the_one_callout() {
+    let mut p = proxy("");
+    let ctxs: Vec<u32> = (0..50)
+        .map(|_| {
+            let (ctx, step) = p.get("/page", GOOGLEBOT, G);
+            assert_eq!(step, Step::Pause);
+            ctx
+        })
+        .collect();
+    assert_eq!(p.host.wakes, 1);
+    p.wake();
+    assert_eq!(p.host.callouts.len(), 1);
+    let token = p.host.callouts[0].token;
+    p.verdict(token, "192.0.2.1", "googlebot", "verified", 3600);
+    for ctx in &ctxs {
+        assert_eq!(p.req(*ctx).resumed, 1, "context {ctx}");
+        assert_eq!(p.class_of(*ctx).as_deref(), Some("search_crawler"));
+    }
+    assert_eq!(p.counter("crawlguard.class.search_crawler.allowed"), 50);
+    assert_eq!(p.counter("crawlguard.class.unverified_bot.allowed"), 0);
+    assert_eq!(p.counter("crawlguard.verify.in_flight"), 49);
+    assert_eq!(p.counter("crawlguard.verify.cache_miss"), 1);
+}
+
+#[test]
+fn a_waiter_over_the_limit_gets_its_429_when_the_verdict_comes() {
+    let mut p = proxy("");
+    let ctxs: Vec<u32> = (0..3).map(|_| p.get("/", GOOGLEBOT, G).0).collect();
+    p.wake();
+    let token = p.host.callouts[0].token;
+    p.verdict(token, "192.0.2.1", "googlebot", "spoofed", 3600);
+    // spoofed burst 1: the first continues, the other two are answered 429 (not resumed).
+    assert_eq!(p.req(ctxs[0]).resumed, 1);
+    assert_eq!(p.class_of(ctxs[0]).as_deref(), Some("spoofed"));
+    for ctx in &ctxs[1..] {
+        assert_eq!(p.req(*ctx).resumed, 0);
+        assert_eq!(p.reply_status(*ctx), Some(429));
+    }
+}
+
+#[test]
+fn the_first_client_leaving_does_not_lose_the_verdict() {
+    let mut p = proxy("");
+    let (first, _) = p.get("/", GOOGLEBOT, G);
+    let (second, _) = p.get("/", GOOGLEBOT, G);
+    p.wake();
+    p.hang_up(first);
+    let token = p.host.callouts[0].token;
+    p.verdict(token, "192.0.2.1", "googlebot", "verified", 3600);
+    assert_eq!(p.class_of(second).as_deref(), Some("search_crawler"));
+    // Cached although the request that asked first is gone.
+    let (third, step) = p.get("/", GOOGLEBOT, G);
+    assert_eq!(step, Step::Continue);
+    assert_eq!(p.class_of(third).as_deref(), Some("search_crawler"));
+}
+
+#[test]
+fn callout_refused_timed_out_or_garbage_is_a_verifier_error() {
+    // Refused at dispatch (no such cluster): decided at the wake-up.
+    let mut p = proxy("");
+    p.host.refuse_dispatch = true;
+    let (ctx, _) = p.get("/", GOOGLEBOT, G);
+    p.wake();
+    assert_eq!(p.class_of(ctx).as_deref(), Some("unverified_bot"));
+    assert_eq!(p.counter("crawlguard.verify.error"), 1);
+
+    // Timeout / reset: no :status.
+    let mut p = proxy("");
+    let (ctx, _) = p.get("/", GOOGLEBOT, G);
+    p.wake();
+    p.answer(1, None, "");
+    assert_eq!(p.class_of(ctx).as_deref(), Some("unverified_bot"));
+    // Remembered for error_ttl_s (10 s): no new callout, same class.
+    let (ctx2, step) = p.get("/", GOOGLEBOT, G);
+    assert_eq!(step, Step::Continue);
+    assert_eq!(p.class_of(ctx2).as_deref(), Some("unverified_bot"));
+    assert_eq!(p.host.callouts.len(), 1);
+    p.advance(10 * S);
+    let (_, step) = p.get("/", GOOGLEBOT, G);
+    assert_eq!(step, Step::Pause);
+
+    // Garbage bodies, wrong claims and non-200 statuses.
+    for (status, body) in [
+        (Some("200"), "not json"),
+        (
+            Some("200"),
+            r#"{"ip":"192.0.2.9","bot":"googlebot","verdict":"verified","ttl_s":1}"#,
+        ),
+        (Some("503"), "{}"),
+    ] {
+        let mut p = proxy("");
+        let (ctx, _) = p.get("/", GOOGLEBOT, G);
+        p.wake();
+        p.answer(1, status, body);
+        assert_eq!(p.class_of(ctx).as_deref(), Some("unverified_bot"), "{body}");
+        assert_eq!(p.counter("crawlguard.verify.error"), 1, "{body}");
+    }
+
+    // on_error: claimed_class trusts the claim while the verifier is broken.
+    let mut p = proxy(r#""verifier":{"on_error":"claimed_class"}"#);
+    let (ctx, _) = p.get("/", GOOGLEBOT, G);
+    p.wake();
+    p.answer(1, None, "");
+    assert_eq!(p.class_of(ctx).as_deref(), Some("search_crawler"));
+}
+
+#[test]
+fn a_stale_verdict_stands_in_when_the_verifier_fails() {
+    let mut p = proxy(r#""verifier":{"max_ttl_s":1}"#);
+    let (_, _) = p.get("/", GOOGLEBOT, G);
+    p.wake();
+    p.verdict(1, "192.0.2.1", "googlebot", "verified", 3600);
+    // The verdict's TTL (clamped to 1 s) passes; the next callout fails.
+    p.advance(2 * S);
+    let (ctx, step) = p.get("/", GOOGLEBOT, G);
+    assert_eq!(step, Step::Pause);
+    p.wake();
+    p.answer(2, None, "");
+    assert_eq!(p.class_of(ctx).as_deref(), Some("search_crawler"));
+    // During the backoff every request uses it, without a callout.
+    for _ in 0..5 {
+        let (ctx, step) = p.get("/", GOOGLEBOT, G);
+        assert_eq!(step, Step::Continue);
+        assert_eq!(p.class_of(ctx).as_deref(), Some("search_crawler"));
+    }
+    assert_eq!(p.host.callouts.len(), 2);
+    assert_eq!(p.counter("crawlguard.verify.stale"), 6);
+    assert_eq!(p.counter("crawlguard.verify.error"), 1);
+    // Past stale_if_error_s (24 h after its TTL) it no longer stands in.
+    p.advance(86_400 * S);
+    let (ctx, _) = p.get("/", GOOGLEBOT, G);
+    p.wake();
+    p.answer(3, None, "");
+    assert_eq!(p.class_of(ctx).as_deref(), Some("unverified_bot"));
+}
+
+#[test]
+fn after_n_spoofed_verdicts_a_prefix_is_spoofed_without_callouts() {
+    let mut p = proxy(r#""verifier":{"max_spoofed_per_prefix":3}"#);
+    for i in 1..=3u32 {
+        let (ctx, _) = p.get("/", GOOGLEBOT, &format!("[2001:db8:1:2::{i}]:4000"));
+        p.wake();
+        assert!(p.verdict_for(&format!("2001:db8:1:2::{i}"), "googlebot", "spoofed"));
+        assert_eq!(p.class_of(ctx).as_deref(), Some("spoofed"));
+    }
+    for i in 4..=200u32 {
+        // Decided at once (the /64 shares one spoofed bucket of 1, so these are 429s).
+        let (ctx, _) = p.get("/", GOOGLEBOT, &format!("[2001:db8:1:2::{i:x}]:4000"));
+        assert_eq!(p.class_of(ctx).as_deref(), Some("spoofed"));
+        assert_eq!(p.reply_status(ctx), Some(429));
+    }
+    assert_eq!(p.host.callouts.len(), 3);
+    assert_eq!(p.counter("crawlguard.verify.prefix_spoofed"), 197);
+    // Another /64 is asked; the block ends with the latest spoofed verdict (3600 s).
+    let (_, step) = p.get("/", GOOGLEBOT, "[2001:db8:1:3::1]:4000");
+    assert_eq!(step, Step::Pause);
+    p.advance(3600 * S);
+    let (_, step) = p.get("/", GOOGLEBOT, "[2001:db8:1:2::999]:4000");
+    assert_eq!(step, Step::Pause);
+}
+
+#[test]
+fn callouts_per_prefix_in_flight_are_bounded_and_the_rest_wait() {
+    let mut p = proxy(r#""verifier":{"max_spoofed_per_prefix":2}"#);
+    let ctxs: Vec<u32> = (1..=5u32)
+        .map(|i| {
+            p.get("/", GOOGLEBOT, &format!("[2001:db8:1:2::{i}]:4000"))
+                .0
+        })
+        .collect();
+    p.wake();
+    // Two dispatched (first come, first served), three queued behind them.
+    assert_eq!(p.host.callouts.len(), 2);
+    assert!(p.verdict_for("2001:db8:1:2::1", "googlebot", "spoofed"));
+    // One slot freed: the next is dispatched.
+    assert_eq!(p.host.callouts.len(), 3);
+    assert!(p.callout_for("2001:db8:1:2::3").is_some());
+    assert!(p.verdict_for("2001:db8:1:2::2", "googlebot", "spoofed"));
+    // Two spoofed verdicts: the queued claims are spoofed without their own callout.
+    assert_eq!(p.host.callouts.len(), 3);
+    for ctx in &ctxs[3..] {
+        assert_eq!(p.class_of(*ctx).as_deref(), Some("spoofed"));
+    }
+    assert!(p.verdict_for("2001:db8:1:2::3", "googlebot", "spoofed"));
+    assert!(ctxs
+        .iter()
+        .all(|c| p.class_of(*c).as_deref() == Some("spoofed")));
+}
+
+#[test]
+fn a_real_crawler_prefix_is_never_blocked() {
+    let mut p = proxy(r#""verifier":{"max_spoofed_per_prefix":2}"#);
+    for i in 1..=10u32 {
+        let (ctx, _) = p.get("/", GOOGLEBOT, &format!("[2001:db8:66::{i}]:4000"));
+        p.wake();
+        let token = p.host.callouts.last().map_or(0, |c| c.token);
+        p.verdict(
+            token,
+            &format!("2001:db8:66::{i}"),
+            "googlebot",
+            "verified",
+            3600,
+        );
+        assert_eq!(p.class_of(ctx).as_deref(), Some("search_crawler"));
+    }
+    assert_eq!(p.host.callouts.len(), 10);
+}
+
+#[test]
+fn paused_requests_past_their_deadline_are_released_by_the_tick() {
+    let mut p = proxy(r#""verifier":{"max_spoofed_per_prefix":1,"timeout_ms":300}"#);
+    let (a, _) = p.get("/", GOOGLEBOT, "[2001:db8:1:2::1]:1");
+    let (b, _) = p.get("/", GOOGLEBOT, "[2001:db8:1:2::2]:1");
+    p.wake();
+    // One callout; the second claim waits for a prefix slot that never frees in time.
+    assert_eq!(p.host.callouts.len(), 1);
+    p.advance(300 * MS);
+    p.tick();
+    for ctx in [a, b] {
+        assert_eq!(p.class_of(ctx).as_deref(), Some("unverified_bot"));
+        assert_eq!(p.req(ctx).resumed, 1);
+    }
+    assert_eq!(p.counter("crawlguard.verify.error"), 2);
+    // The callout's own (late) answer still lands in the cache, and resumes nobody twice.
+    p.verdict(1, "2001:db8:1:2::1", "googlebot", "verified", 3600);
+    assert_eq!(p.req(a).resumed, 1);
+    let (c, step) = p.get("/", GOOGLEBOT, "[2001:db8:1:2::1]:2");
+    assert_eq!(step, Step::Continue);
+    assert_eq!(p.class_of(c).as_deref(), Some("search_crawler"));
+}
+
+#[test]
+fn nothing_stays_paused_when_the_root_goes_away() {
+    let mut p = proxy("");
+    let (a, _) = p.get("/", GOOGLEBOT, G);
+    p.wake();
+    let (b, _) = p.get("/", GOOGLEBOT, "192.0.2.2:1");
+    p.root_done();
+    assert_eq!(p.req(a).resumed, 1);
+    assert_eq!(p.req(b).resumed, 1);
+    assert_eq!(p.class_of(a).as_deref(), Some("unverified_bot"));
+}
+
+#[test]
+fn a_refused_wake_up_decides_at_once_as_an_error() {
+    let mut p = proxy("");
+    p.host.refuse_wake = true;
+    let (ctx, step) = p.get("/", GOOGLEBOT, G);
+    assert_eq!(step, Step::Continue);
+    assert_eq!(p.class_of(ctx).as_deref(), Some("unverified_bot"));
+    assert_eq!(p.counter("crawlguard.verify.error"), 1);
+}
+
+#[test]
+fn exempt_paths_are_decided_before_classification_and_verification() {
+    let mut p = proxy("");
+    for path in ["/robots.txt", "/robots.txt?x=1", "/sitemap.xml"] {
+        let (ctx, step) = p.get(path, GOOGLEBOT, G);
+        assert_eq!(step, Step::Continue);
+        assert_eq!(p.class_of(ctx), None);
+    }
+    assert_eq!(p.host.wakes, 0);
+    assert_eq!(p.counter("crawlguard.exempt"), 3);
+    assert_eq!(p.counter("crawlguard.verify.cache_miss"), 0);
+}
+
+#[test]
+fn upstream_429_is_normalised_and_our_own_reply_is_not_rewritten() {
+    let mut p = proxy("");
+    let (ctx, _) = p.get("/", CHROME, G);
+    let step = p.respond(
+        ctx,
+        &[
+            (":status", "429"),
+            ("retry-after", "120"),
+            ("cache-control", "public"),
+        ],
+        false,
+    );
+    assert_eq!(step, Step::Pause);
+    let r = p.req(ctx).reply.clone().expect("normalised");
+    assert_eq!(r.status, 429);
+    assert_eq!(r.details, "crawlguard_normalised_upstream");
+    // human: clamped to max_s 60, plus jitter 0..=2.
+    let ra: u32 = r
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!((60..=62).contains(&ra), "{ra}");
+    assert_eq!(p.counter("crawlguard.rewrite.status_429"), 1);
+
+    for _ in 0..3 {
+        let _ = p.get("/", CHROME, G);
+    }
+    let (own, _) = p.get("/", CHROME, G);
+    assert_eq!(p.reply_status(own), Some(429));
+    assert_eq!(p.respond(own, &[(":status", "429")], true), Step::Continue);
+    assert_eq!(p.counter("crawlguard.rewrite.status_429"), 1);
+}
+
+#[test]
+fn a_200_passes_untouched_and_a_refused_reply_fails_open() {
+    let mut p = proxy("");
+    let (ctx, _) = p.get("/", CHROME, G);
+    assert_eq!(p.respond(ctx, &[(":status", "200")], false), Step::Continue);
+    assert!(p.req(ctx).reply.is_none());
+    for _ in 0..2 {
+        let _ = p.get("/", CHROME, G);
+    }
+    p.host.refuse_reply = true;
+    let (ctx, step) = p.get("/", CHROME, G);
+    assert_eq!(step, Step::Continue);
+    assert_eq!(p.class_of(ctx).as_deref(), Some("human"));
+}
