@@ -1,0 +1,22 @@
+//! The `crawlguard` command (binary in `main.rs`), as a library so tests and benches can
+//! drive each part:
+//! - [`report`]: per class and bot id, what an access log says happened;
+//! - [`replay`]: what a configuration would have done to a log's traffic, with the filter's
+//!   own decision code ([`crawlguard::fake_host::FakeProxy`]) on a virtual clock;
+//! - [`check`]: configuration validation, exactly as `on_configure` does it;
+//! - [`cli`]: the command line (clap) and the subcommands' output.
+//!
+//! Inputs are read by [`input`] (files or stdin, plain or gzip, streaming) and parsed by
+//! [`logfmt`] (Envoy default, crawlguard's own format, Envoy JSON, nginx/Apache combined).
+
+pub mod check;
+pub mod cli;
+pub mod input;
+pub mod logfmt;
+pub mod offline;
+pub mod plot;
+pub mod replay;
+pub mod report;
+pub mod stats;
+pub mod table;
+pub mod time;

@@ -1,0 +1,759 @@
+//! `crawlguard replay`: what a configuration would have done to the traffic of a log.
+//!
+//! Every record becomes a request driven through the filter's own request machine
+//! ([`FakeProxy`]: the worker, classification, verification with its verdict cache and
+//! callouts, the limits over the shared-store slot table, and the response path), with an
+//! in-memory store and a virtual clock read from the log: request `i` happens at
+//! `t0 + (ts_i - ts_0) / speed`. Verifier callouts are answered at once: from `--ranges`
+//! like the sidecar would ([`Offline`]), or, without it, `unknown` (claims stay
+//! `unverified_bot`, as when no verifier is reachable).
+//!
+//! Two settings are changed in the replayed copy of the configuration, neither of which
+//! changes a decision: `mode: shadow` runs as `enforce` (shadow mode decides exactly as
+//! enforce does, refunds included, and only forwards instead of rejecting; the output says
+//! "would be shadow-limited"), and `ratelimit_headers` is on, so each rejection names its
+//! limit.
+
+use crate::logfmt::Record;
+use crate::offline::{Offline, Verdict};
+use crate::report::Client;
+use crate::stats::Heavy;
+use crate::table::{pct, Table};
+use crate::time;
+use crawlguard::classify::Class;
+use crawlguard::config::{Config, KeyKind, Mode};
+use crawlguard::engine::path_only;
+use crawlguard::fake_host::FakeProxy;
+use crawlguard::request::Step;
+use crawlguard::store::mem::MemStore;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv6Addr};
+use std::rc::Rc;
+
+/// Schema name and version of `replay --json`.
+pub const SCHEMA: &str = "crawlguard.replay/v1";
+
+/// The rejection share above which a verified-crawler class gets a warning.
+pub const CRAWLER_WARN_SHARE: f64 = 0.01;
+
+/// Admitted / rejected counts.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Counts {
+    /// Forwarded upstream (passed every matching limit).
+    pub admitted: u64,
+    /// Rejected by crawlguard (429 or 503).
+    pub rejected: u64,
+}
+
+impl Counts {
+    fn total(&self) -> u64 {
+        self.admitted + self.rejected
+    }
+}
+
+/// Predicted decision columns of the status matrix.
+const PREDICTED: [&str; 4] = ["admitted", "rejected 429", "rejected 503", "exempt"];
+/// Actual status rows of the status matrix.
+const ACTUAL: [&str; 7] = ["2xx", "3xx", "4xx", "429", "503", "5xx", "other"];
+
+fn actual_row(status: u16) -> usize {
+    match status {
+        200..=299 => 0,
+        300..=399 => 1,
+        429 => 3,
+        400..=499 => 2,
+        503 => 4,
+        500..=599 => 5,
+        _ => 6,
+    }
+}
+
+/// A replay in progress.
+pub struct Replay {
+    proxy: FakeProxy,
+    /// The configuration as given (mode as configured).
+    shadow: bool,
+    speed: f64,
+    offline: Option<Offline>,
+    first_ms: Option<i64>,
+    last_ms: i64,
+    last_ns: u64,
+    downstream: String,
+    limit_index: BTreeMap<String, usize>,
+    /// Per class ([`Class::index`]).
+    pub classes: [Counts; 8],
+    /// Per route index (`routes.len()` = `default`).
+    pub routes: Vec<Counts>,
+    /// Per limit: requests that matched it and were admitted, and rejections it caused.
+    pub limits: Vec<Counts>,
+    /// Exempt paths (never limited, no class).
+    pub exempt: u64,
+    /// Actual status (rows, [`ACTUAL`]) x predicted decision (columns, [`PREDICTED`]).
+    pub matrix: [[u64; 4]; 7],
+    /// Clients by rejections.
+    pub limited_clients: Heavy<Client, Option<Class>>,
+    /// Verifier answers given, by bot and verdict.
+    pub verdicts: BTreeMap<(String, Verdict), u64>,
+    /// Upstream 429/503 the response path would have normalised.
+    pub normalised: u64,
+    /// Requests with no client address in the log.
+    pub no_client: u64,
+    /// Requests still waiting for a verdict after every callout was answered (should be 0).
+    pub unresolved: u64,
+    /// Records replayed.
+    pub requests: u64,
+}
+
+impl Replay {
+    /// A replay of `cfg` at `speed` (log seconds per replayed second, >= 1 compresses).
+    pub fn new(mut cfg: Config, speed: f64, offline: Option<Offline>) -> Replay {
+        let shadow = cfg.mode == Mode::Shadow;
+        cfg.mode = Mode::Enforce;
+        cfg.ratelimit_headers = true;
+        let limit_index = cfg
+            .limits
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.name.clone(), i))
+            .collect();
+        let routes = vec![Counts::default(); cfg.routes.len() + 1];
+        let limits = vec![Counts::default(); cfg.limits.len()];
+        let proxy = FakeProxy::with_config(cfg, 0, Rc::new(MemStore::default()));
+        Replay {
+            proxy,
+            shadow,
+            speed: if speed.is_finite() && speed > 0.0 {
+                speed
+            } else {
+                1.0
+            },
+            offline,
+            first_ms: None,
+            last_ms: 0,
+            last_ns: 0,
+            downstream: String::new(),
+            limit_index,
+            classes: Default::default(),
+            routes,
+            limits,
+            exempt: 0,
+            matrix: [[0; 4]; 7],
+            limited_clients: Heavy::new(crate::report::TALKER_CAPACITY),
+            verdicts: BTreeMap::new(),
+            normalised: 0,
+            no_client: 0,
+            unresolved: 0,
+            requests: 0,
+        }
+    }
+
+    /// The configuration being replayed (mode forced to enforce, see the module docs).
+    pub fn config(&self) -> &Config {
+        &self.proxy.worker.cfg
+    }
+
+    /// The virtual time of a record at `ts_ms`, ns; never goes backwards.
+    fn clock(&mut self, ts_ms: i64) -> u64 {
+        let first = *self.first_ms.get_or_insert(ts_ms);
+        self.last_ms = self.last_ms.max(ts_ms);
+        let base = u64::try_from(first).unwrap_or(0).saturating_mul(1_000_000);
+        let off_ms = (ts_ms - first) as f64 / self.speed;
+        let now = base.saturating_add((off_ms.max(0.0) * 1e6) as u64);
+        self.last_ns = self.last_ns.max(now);
+        self.last_ns
+    }
+
+    /// Replays one record.
+    pub fn add(&mut self, r: &Record<'_>) {
+        self.requests += 1;
+        let now = self.clock(r.ts_ms);
+        self.proxy.host.now_ns = Some(now);
+        let client = Client::from_log(r.client);
+        self.downstream.clear();
+        match &client {
+            Client::Ip(IpAddr::V4(ip)) => {
+                let _ = write!(self.downstream, "{ip}:0");
+            }
+            Client::Ip(IpAddr::V6(ip)) => {
+                let _ = write!(self.downstream, "[{ip}]:0");
+            }
+            Client::Name(n) => {
+                // A host name instead of an address: a distinct documentation-prefix
+                // address per name, so different clients keep different buckets.
+                let h = fnv(n.as_bytes());
+                let ip = Ipv6Addr::new(
+                    0x2001,
+                    0xdb8,
+                    (h >> 48) as u16,
+                    (h >> 32) as u16,
+                    (h >> 16) as u16,
+                    h as u16,
+                    0,
+                    1,
+                );
+                let _ = write!(self.downstream, "[{ip}]:0");
+            }
+            Client::Unknown => self.no_client += 1,
+        }
+        let path = String::from_utf8_lossy(r.path);
+        let method = String::from_utf8_lossy(r.method);
+        let ua = r.ua.map(String::from_utf8_lossy);
+        let xff = r.xff.map(String::from_utf8_lossy);
+        let mut headers: Vec<(&str, &str)> = Vec::with_capacity(4);
+        headers.push((":path", &path));
+        headers.push((":method", &method));
+        if let Some(ua) = &ua {
+            headers.push(("user-agent", ua));
+        }
+        if let Some(x) = &xff {
+            headers.push(("x-forwarded-for", x));
+        }
+        let (ctx, step) = self.proxy.request(&headers, &self.downstream);
+        if step == Step::Pause && self.proxy.reply_status(ctx).is_none() {
+            self.answer_callouts();
+            if self.proxy.reply_status(ctx).is_none() && self.proxy.req(ctx).resumed == 0 {
+                self.unresolved += 1;
+            }
+        }
+        let row = actual_row(r.status);
+        let route = self.config().route_of(path_only(path.as_bytes()));
+        let class = self.proxy.class_of(ctx).as_deref().and_then(Class::parse);
+        let reply = self.proxy.req(ctx).reply.clone();
+        match (reply, class) {
+            (Some(rep), _) => {
+                let class = class.unwrap_or(Class::Human);
+                if let Some(c) = self.classes.get_mut(class.index()) {
+                    c.rejected += 1;
+                }
+                if let Some(c) = self.routes.get_mut(route) {
+                    c.rejected += 1;
+                }
+                let limit = rep
+                    .header("ratelimit-policy")
+                    .and_then(|v| crate::logfmt::limit_name(v.as_bytes()))
+                    .and_then(|n| std::str::from_utf8(n).ok())
+                    .and_then(|n| self.limit_index.get(n).copied());
+                if let Some(c) = limit.and_then(|i| self.limits.get_mut(i)) {
+                    c.rejected += 1;
+                }
+                let col = if rep.status == 503 { 2 } else { 1 };
+                self.bump(row, col);
+                self.limited_clients.add(&client, |c| *c = Some(class));
+            }
+            (None, Some(class)) => {
+                if let Some(c) = self.classes.get_mut(class.index()) {
+                    c.admitted += 1;
+                }
+                if let Some(c) = self.routes.get_mut(route) {
+                    c.admitted += 1;
+                }
+                let cfg = &self.proxy.worker.cfg;
+                for (i, l) in cfg.limits.iter().enumerate() {
+                    let matches =
+                        l.class.is_none_or(|c| c == class) && l.route.is_none_or(|rt| rt == route);
+                    if matches {
+                        if let Some(c) = self.limits.get_mut(i) {
+                            c.admitted += 1;
+                        }
+                    }
+                }
+                self.bump(row, 0);
+                // The upstream answered as it did in the log: the response path runs too
+                // (normalising upstream 429/503).
+                let mut code = itoa(r.status);
+                if r.status == 0 {
+                    code = *b"000";
+                }
+                let code = std::str::from_utf8(&code).unwrap_or("200");
+                self.proxy.respond(ctx, &[(":status", code)], true);
+                if self.proxy.reply_status(ctx).is_some() {
+                    self.normalised += 1;
+                }
+            }
+            (None, None) => {
+                self.exempt += 1;
+                self.bump(row, 3);
+            }
+        }
+        self.proxy.hang_up(ctx);
+    }
+
+    fn bump(&mut self, row: usize, col: usize) {
+        if let Some(c) = self.matrix.get_mut(row).and_then(|r| r.get_mut(col)) {
+            *c += 1;
+        }
+    }
+
+    /// Dispatches queued callouts and answers each at once (same virtual instant).
+    fn answer_callouts(&mut self) {
+        for _ in 0..4 {
+            self.proxy.wake();
+            let pending: Vec<(u32, String)> = self
+                .proxy
+                .host
+                .callouts
+                .iter()
+                .map(|c| (c.token, c.path.clone()))
+                .collect();
+            if pending.is_empty() {
+                return;
+            }
+            // Every callout is answered below, so token numbers may start over.
+            self.proxy.host.callouts.clear();
+            for (token, path) in pending {
+                let q = path.strip_prefix("/v1/verify?ip=").unwrap_or("");
+                let (ip, bot) = q.split_once("&bot=").unwrap_or((q, ""));
+                let v = match (&self.offline, ip.parse::<IpAddr>()) {
+                    (Some(o), Ok(addr)) => o.verdict(addr, bot),
+                    (Some(_), Err(_)) => Verdict::Unknown,
+                    (None, _) => Verdict::NotChecked,
+                };
+                let ttl = self.offline.as_ref().map_or(30, |o| o.ttl(v));
+                *self.verdicts.entry((bot.to_string(), v)).or_insert(0) += 1;
+                self.proxy.verdict(token, ip, bot, v.contract(), ttl);
+            }
+        }
+    }
+
+    /// The result as the `--json` document.
+    pub fn json(&self, top: usize) -> ReplayJson {
+        let cfg = self.config();
+        let classes = Class::ALL
+            .iter()
+            .filter_map(|c| {
+                let n = self.classes.get(c.index())?;
+                (n.total() > 0).then(|| ClassRow {
+                    class: c.as_str(),
+                    admitted: n.admitted,
+                    rejected: n.rejected,
+                    rejected_share: share(n.rejected, n.total()),
+                })
+            })
+            .collect::<Vec<_>>();
+        let warnings = classes
+            .iter()
+            .filter(|c| {
+                Class::parse(c.class).is_some_and(Class::is_crawler)
+                    && c.rejected_share > CRAWLER_WARN_SHARE
+            })
+            .map(|c| {
+                format!(
+                    "verified crawlers of class {} would see {:.1}% rejections ({} of {}): \
+                     over the 1% that makes search engines and AI crawlers back off",
+                    c.class,
+                    c.rejected_share * 100.0,
+                    c.rejected,
+                    c.admitted + c.rejected
+                )
+            })
+            .collect();
+        ReplayJson {
+            schema: SCHEMA,
+            mode: if self.shadow { "shadow" } else { "enforce" },
+            speed: self.speed,
+            requests: self.requests,
+            first: self.first_ms.map(time::fmt_ms),
+            last: self.first_ms.map(|_| time::fmt_ms(self.last_ms)),
+            replayed_seconds: self
+                .first_ms
+                .map_or(0.0, |f| (self.last_ms - f) as f64 / 1000.0 / self.speed),
+            verification: match &self.offline {
+                Some(o) => format!(
+                    "offline from --ranges ({}; {} prefixes): in range -> verified; otherwise \
+                     as the sidecar would, except that claims only FCrDNS could decide are \
+                     unknown (no DNS in a replay)",
+                    o.description.join(", "),
+                    o.prefixes()
+                ),
+                None => "none (no --ranges): every crawler claim is unverified, class \
+                         unverified_bot"
+                    .into(),
+            },
+            verdicts: self
+                .verdicts
+                .iter()
+                .map(|((bot, v), n)| VerdictRow {
+                    bot: bot.clone(),
+                    verdict: v.label(),
+                    callouts: *n,
+                })
+                .collect(),
+            classes,
+            routes: self
+                .routes
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.total() > 0)
+                .map(|(i, c)| RouteRow {
+                    route: cfg.route_name(i).to_string(),
+                    admitted: c.admitted,
+                    rejected: c.rejected,
+                })
+                .collect(),
+            limits: cfg
+                .limits
+                .iter()
+                .zip(&self.limits)
+                .map(|(l, c)| LimitRow {
+                    limit: l.name.clone(),
+                    class: l.class.map_or("*", Class::as_str),
+                    route: l
+                        .route
+                        .map_or("*".to_string(), |r| cfg.route_name(r).to_string()),
+                    key: match &l.key {
+                        KeyKind::Header(h) => format!("header:{h}"),
+                        k => k.kind_str().to_string(),
+                    },
+                    rate_per_s: l.rate_per_s,
+                    burst: l.burst,
+                    admitted: c.admitted,
+                    rejected: c.rejected,
+                })
+                .collect(),
+            exempt: self.exempt,
+            status_vs_prediction: ACTUAL
+                .iter()
+                .zip(&self.matrix)
+                .map(|(a, row)| MatrixRow {
+                    actual: a,
+                    admitted: row[0],
+                    rejected_429: row[1],
+                    rejected_503: row[2],
+                    exempt: row[3],
+                })
+                .collect(),
+            normalised_upstream: self.normalised,
+            top_limited_clients: self
+                .limited_clients
+                .top(top)
+                .into_iter()
+                .map(|(c, n, class)| ClientRow {
+                    client: c.to_string(),
+                    rejected: n,
+                    class: class.map_or("", Class::as_str),
+                })
+                .collect(),
+            top_limited_error_bound: self.limited_clients.error(),
+            no_client_address: self.no_client,
+            header_keyed_limits: cfg
+                .limits
+                .iter()
+                .filter(|l| matches!(l.key, KeyKind::Header(_)))
+                .map(|l| l.name.clone())
+                .collect(),
+            unresolved: self.unresolved,
+            warnings,
+        }
+    }
+}
+
+fn share(n: u64, d: u64) -> f64 {
+    if d == 0 {
+        0.0
+    } else {
+        n as f64 / d as f64
+    }
+}
+
+/// FNV-1a, for mapping host names to stable addresses.
+fn fnv(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Three ASCII digits of a status.
+fn itoa(s: u16) -> [u8; 3] {
+    let s = s.min(999);
+    [
+        b'0' + (s / 100) as u8,
+        b'0' + (s / 10 % 10) as u8,
+        b'0' + (s % 10) as u8,
+    ]
+}
+
+/// `replay --json` document (schema [`SCHEMA`], documented in the README).
+#[derive(Debug, Serialize)]
+pub struct ReplayJson {
+    /// `crawlguard.replay/v1`.
+    pub schema: &'static str,
+    /// The configuration's mode (`shadow`: "rejected" = would be shadow-limited).
+    pub mode: &'static str,
+    /// Time compression.
+    pub speed: f64,
+    /// Requests replayed.
+    pub requests: u64,
+    /// First log time.
+    pub first: Option<String>,
+    /// Last log time.
+    pub last: Option<String>,
+    /// The log's span divided by the speed, s.
+    pub replayed_seconds: f64,
+    /// How crawler claims were verified.
+    pub verification: String,
+    /// Verifier answers, by bot and verdict.
+    pub verdicts: Vec<VerdictRow>,
+    /// Per class.
+    pub classes: Vec<ClassRow>,
+    /// Per route.
+    pub routes: Vec<RouteRow>,
+    /// Per limit.
+    pub limits: Vec<LimitRow>,
+    /// Exempt paths.
+    pub exempt: u64,
+    /// Actual status x predicted decision.
+    pub status_vs_prediction: Vec<MatrixRow>,
+    /// Upstream 429/503 the response path would have normalised.
+    pub normalised_upstream: u64,
+    /// Clients with the most rejections.
+    pub top_limited_clients: Vec<ClientRow>,
+    /// Their counts may be low by at most this much (0: exact).
+    pub top_limited_error_bound: u64,
+    /// Requests without a client address in the log (they share one key).
+    pub no_client_address: u64,
+    /// Limits keyed by a request header (access logs carry none: every request is keyed
+    /// as "header missing").
+    pub header_keyed_limits: Vec<String>,
+    /// Requests left waiting for a verdict (0 unless something is wrong).
+    pub unresolved: u64,
+    /// Warnings (a verified-crawler class over 1% rejections).
+    pub warnings: Vec<String>,
+}
+
+/// Verifier answers for one bot and verdict.
+#[derive(Debug, Serialize)]
+pub struct VerdictRow {
+    /// Bot id.
+    pub bot: String,
+    /// Verdict (with how it was reached).
+    pub verdict: &'static str,
+    /// Callouts answered so.
+    pub callouts: u64,
+}
+
+/// One class.
+#[derive(Debug, Serialize)]
+pub struct ClassRow {
+    /// Class.
+    pub class: &'static str,
+    /// Admitted.
+    pub admitted: u64,
+    /// Rejected.
+    pub rejected: u64,
+    /// Rejected share (0..1).
+    pub rejected_share: f64,
+}
+
+/// One route.
+#[derive(Debug, Serialize)]
+pub struct RouteRow {
+    /// Route name.
+    pub route: String,
+    /// Admitted.
+    pub admitted: u64,
+    /// Rejected.
+    pub rejected: u64,
+}
+
+/// One limit.
+#[derive(Debug, Serialize)]
+pub struct LimitRow {
+    /// Name.
+    pub limit: String,
+    /// Class (`*` = every class).
+    pub class: &'static str,
+    /// Route (`*` = every route).
+    pub route: String,
+    /// Key kind.
+    pub key: String,
+    /// Rate.
+    pub rate_per_s: f64,
+    /// Burst.
+    pub burst: u32,
+    /// Admitted requests it applied to.
+    pub admitted: u64,
+    /// Rejections it caused.
+    pub rejected: u64,
+}
+
+/// One row of the status matrix.
+#[derive(Debug, Serialize)]
+pub struct MatrixRow {
+    /// Actual status group.
+    pub actual: &'static str,
+    /// Predicted admitted.
+    pub admitted: u64,
+    /// Predicted rejected with 429.
+    pub rejected_429: u64,
+    /// Predicted rejected with 503.
+    pub rejected_503: u64,
+    /// Exempt path.
+    pub exempt: u64,
+}
+
+/// A client that would be limited.
+#[derive(Debug, Serialize)]
+pub struct ClientRow {
+    /// Address as logged.
+    pub client: String,
+    /// Rejections.
+    pub rejected: u64,
+    /// Its class when rejected.
+    pub class: &'static str,
+}
+
+/// The replay as aligned text.
+pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
+    let mut out = format!(
+        "crawlguard replay: {config_name} ({summary})\n  {} requests, {} .. {}, speed {}x \
+         ({:.1} s of replayed time)\n  verification: {}\n",
+        j.requests,
+        j.first.as_deref().unwrap_or("-"),
+        j.last.as_deref().unwrap_or("-"),
+        j.speed,
+        j.replayed_seconds,
+        j.verification
+    );
+    if j.mode == "shadow" {
+        out += "  mode shadow: this configuration forwards everything; \"rejected\" below is \
+                what it would count as shadow_limited\n";
+    }
+    if !j.verdicts.is_empty() {
+        out += "\nverifier callouts answered\n";
+        let mut t = Table::new(["bot", "verdict", "callouts"]);
+        for v in &j.verdicts {
+            t.row(vec![
+                v.bot.clone(),
+                v.verdict.to_string(),
+                v.callouts.to_string(),
+            ]);
+        }
+        out += &t.render();
+    }
+    out += "\nper class\n";
+    let mut t = Table::new(["class", "requests", "admitted", "rejected", "rejected %"]);
+    for c in &j.classes {
+        t.row(vec![
+            c.class.to_string(),
+            (c.admitted + c.rejected).to_string(),
+            c.admitted.to_string(),
+            c.rejected.to_string(),
+            pct(c.rejected_share),
+        ]);
+    }
+    if j.exempt > 0 {
+        t.row(vec![
+            "(exempt paths)".into(),
+            j.exempt.to_string(),
+            j.exempt.to_string(),
+            "0".into(),
+            pct(0.0),
+        ]);
+    }
+    out += &t.render();
+    out += "\nper route\n";
+    let mut t = Table::new(["route", "admitted", "rejected", "rejected %"]);
+    for r in &j.routes {
+        t.row(vec![
+            r.route.clone(),
+            r.admitted.to_string(),
+            r.rejected.to_string(),
+            pct(share(r.rejected, r.admitted + r.rejected)),
+        ]);
+    }
+    out += &t.render();
+    out += "\nper limit (admitted = admitted requests the limit applied to)\n";
+    let mut t = Table::new([
+        "limit", "class", "route", "key", "rate/s", "burst", "admitted", "rejected",
+    ]);
+    for l in &j.limits {
+        t.row(vec![
+            l.limit.clone(),
+            l.class.to_string(),
+            l.route.clone(),
+            l.key.clone(),
+            format!("{}", l.rate_per_s),
+            l.burst.to_string(),
+            l.admitted.to_string(),
+            l.rejected.to_string(),
+        ]);
+    }
+    out += &t.render();
+    out += "\nactual status (log) x predicted decision (this configuration)\n";
+    let mut t = Table::new(["actual"].into_iter().chain(PREDICTED));
+    for m in &j.status_vs_prediction {
+        if m.admitted + m.rejected_429 + m.rejected_503 + m.exempt == 0 {
+            continue;
+        }
+        t.row(vec![
+            m.actual.to_string(),
+            m.admitted.to_string(),
+            m.rejected_429.to_string(),
+            m.rejected_503.to_string(),
+            m.exempt.to_string(),
+        ]);
+    }
+    out += &t.render();
+    if j.normalised_upstream > 0 {
+        out += &format!(
+            "  upstream 429/503 the response path would normalise: {}\n",
+            j.normalised_upstream
+        );
+    }
+    out += &format!(
+        "\nclients that would be limited most{}\n",
+        if j.top_limited_error_bound == 0 {
+            String::new()
+        } else {
+            format!(
+                " (counts may be low by up to {})",
+                j.top_limited_error_bound
+            )
+        }
+    );
+    if j.top_limited_clients.is_empty() {
+        out += "  none\n";
+    } else {
+        let mut t = Table::new(["client", "rejected", "class"]);
+        for c in &j.top_limited_clients {
+            t.row(vec![
+                c.client.clone(),
+                c.rejected.to_string(),
+                c.class.to_string(),
+            ]);
+        }
+        out += &t.render();
+    }
+    let mut notes = Vec::new();
+    if j.no_client_address > 0 {
+        notes.push(format!(
+            "{} requests had no client address in the log: they share one client_ip key",
+            j.no_client_address
+        ));
+    }
+    if !j.header_keyed_limits.is_empty() {
+        notes.push(format!(
+            "limits keyed by a request header ({}) see it missing: access logs carry no \
+             request headers, so those requests share the \"missing\" key",
+            j.header_keyed_limits.join(", ")
+        ));
+    }
+    if j.unresolved > 0 {
+        notes.push(format!(
+            "{} requests were left waiting for a verdict",
+            j.unresolved
+        ));
+    }
+    if !notes.is_empty() {
+        out += "\nnotes\n";
+        for n in notes {
+            out += &format!("  {n}\n");
+        }
+    }
+    for w in &j.warnings {
+        out += &format!("\nWARNING: {w}\n");
+    }
+    out
+}

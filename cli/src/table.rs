@@ -1,0 +1,80 @@
+//! Aligned text tables: the first column left-aligned, the others right-aligned.
+
+/// A table being filled.
+#[derive(Debug, Clone, Default)]
+pub struct Table {
+    head: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with these column headers.
+    pub fn new<S: ToString>(head: impl IntoIterator<Item = S>) -> Table {
+        Table {
+            head: head.into_iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds a row (missing cells are blank).
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// The table as text, two spaces between columns, a newline after each row.
+    pub fn render(&self) -> String {
+        let ncol = self
+            .rows
+            .iter()
+            .map(Vec::len)
+            .chain([self.head.len()])
+            .max()
+            .unwrap_or(0);
+        let mut width = vec![0usize; ncol];
+        for r in std::iter::once(&self.head).chain(&self.rows) {
+            for (w, c) in width.iter_mut().zip(r) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+        let mut out = String::new();
+        for r in std::iter::once(&self.head).chain(&self.rows) {
+            let mut line = String::new();
+            for (i, w) in width.iter().enumerate() {
+                let c = r.get(i).map_or("", String::as_str);
+                let pad = w.saturating_sub(c.chars().count());
+                if i > 0 {
+                    line += "  ";
+                }
+                if i == 0 {
+                    line += c;
+                    line += &" ".repeat(pad);
+                } else {
+                    line += &" ".repeat(pad);
+                    line += c;
+                }
+            }
+            out += line.trim_end();
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// A share (0..1) as a percentage with one decimal, `-` for 0 requests handled by callers.
+pub fn pct(share: f64) -> String {
+    format!("{:.1}%", share * 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligns_columns() {
+        let mut t = Table::new(["class", "n"]);
+        t.row(vec!["human".into(), "1234".into()]);
+        t.row(vec!["script".into(), "5".into()]);
+        assert_eq!(t.render(), "class      n\nhuman   1234\nscript     5\n");
+        assert_eq!(pct(0.9321), "93.2%");
+    }
+}
