@@ -12,7 +12,6 @@ use crate::replay::{self, Replay};
 use crate::report::{self, Report};
 use crate::table::Table;
 use clap::{Parser, Subcommand};
-use crawlguard::classify::Classifier;
 use crawlguard::config::{self, Config};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -90,8 +89,8 @@ pub struct ReportArgs {
     /// Top talkers to show.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
-    /// Classify User-Agents with this configuration's bot catalog (JSON or WasmPlugin YAML;
-    /// default: the built-in catalog).
+    /// Classify User-Agents with this configuration's bot catalog and map paths to its
+    /// routes (JSON or WasmPlugin YAML; default: the embedded default configuration).
     #[arg(long, value_name = "CFG")]
     pub config: Option<PathBuf>,
 }
@@ -186,24 +185,23 @@ pub fn load_config(path: &std::path::Path) -> Result<Config, String> {
         .map_err(|e| format!("{name}: {}: invalid configuration: {e}", c.what))
 }
 
-fn classifier(cfg: Option<&PathBuf>) -> Result<Classifier, String> {
+/// `--config`, or the embedded default configuration.
+fn config_or_default(cfg: Option<&PathBuf>) -> Result<Config, String> {
     match cfg {
-        Some(p) => Ok(load_config(p)?.classifier),
-        None => config::parse(b"")
-            .map(|c| c.classifier)
-            .map_err(|e| format!("embedded default configuration: {e}")),
+        Some(p) => load_config(p),
+        None => config::parse(b"").map_err(|e| format!("embedded default configuration: {e}")),
     }
 }
 
 fn report_cmd(a: &ReportArgs, out: &mut dyn Write) -> i32 {
-    let cl = match classifier(a.config.as_ref()) {
+    let cfg = match config_or_default(a.config.as_ref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("crawlguard report: {e}");
             return 1;
         }
     };
-    let mut rep = Report::new(cl);
+    let mut rep = Report::new(cfg);
     rep.inputs = input::each_input(&a.logs, a.format, &mut |r| rep.add(r));
     let j = rep.json(a.top);
     let text = if a.json {
@@ -355,8 +353,8 @@ fn check_cmd(a: &CheckArgs, out: &mut dyn Write) -> i32 {
 }
 
 fn classify_cmd(a: &ClassifyArgs, out: &mut dyn Write) -> i32 {
-    let cl = match classifier(a.config.as_ref()) {
-        Ok(c) => c,
+    let cl = match config_or_default(a.config.as_ref()) {
+        Ok(c) => c.classifier,
         Err(e) => {
             eprintln!("crawlguard classify: {e}");
             return 1;

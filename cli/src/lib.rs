@@ -11,6 +11,7 @@
 
 pub mod check;
 pub mod cli;
+pub mod host;
 pub mod input;
 pub mod logfmt;
 pub mod offline;

@@ -198,14 +198,13 @@ fn split_request(req: &[u8]) -> (&[u8], &[u8]) {
 fn quoted(s: &[u8]) -> Option<(&[u8], &[u8])> {
     let body = s.strip_prefix(b"\"")?;
     let mut i = 0;
-    while i < body.len() {
+    loop {
+        i += memchr::memchr2(b'"', b'\\', body.get(i..)?)?;
         match body.get(i)? {
-            b'\\' => i += 2,
             b'"' => return Some((body.get(..i)?, body.get(i + 1..)?)),
-            _ => i += 1,
+            _ => i += 2,
         }
     }
-    None
 }
 
 /// Next space-separated token: (token, rest after the space(s)).

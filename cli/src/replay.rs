@@ -1,7 +1,7 @@
 //! `crawlguard replay`: what a configuration would have done to the traffic of a log.
 //!
 //! Every record becomes a request driven through the filter's own request machine
-//! ([`FakeProxy`]: the worker, classification, verification with its verdict cache and
+//! (the worker, classification, verification with its verdict cache and
 //! callouts, the limits over the shared-store slot table, and the response path), with an
 //! in-memory store and a virtual clock read from the log: request `i` happens at
 //! `t0 + (ts_i - ts_0) / speed`. Verifier callouts are answered at once: from `--ranges`
@@ -14,6 +14,7 @@
 //! "would be shadow-limited"), and `ratelimit_headers` is on, so each rejection names its
 //! limit.
 
+use crate::host::{ReplayProxy, Request};
 use crate::logfmt::Record;
 use crate::offline::{Offline, Verdict};
 use crate::report::Client;
@@ -23,14 +24,10 @@ use crate::time;
 use crawlguard::classify::Class;
 use crawlguard::config::{Config, KeyKind, Mode};
 use crawlguard::engine::path_only;
-use crawlguard::fake_host::FakeProxy;
-use crawlguard::request::Step;
-use crawlguard::store::mem::MemStore;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv6Addr};
-use std::rc::Rc;
 
 /// Schema name and version of `replay --json`.
 pub const SCHEMA: &str = "crawlguard.replay/v1";
@@ -72,7 +69,7 @@ fn actual_row(status: u16) -> usize {
 
 /// A replay in progress.
 pub struct Replay {
-    proxy: FakeProxy,
+    proxy: ReplayProxy,
     /// The configuration as given (mode as configured).
     shadow: bool,
     speed: f64,
@@ -120,7 +117,7 @@ impl Replay {
             .collect();
         let routes = vec![Counts::default(); cfg.routes.len() + 1];
         let limits = vec![Counts::default(); cfg.limits.len()];
-        let proxy = FakeProxy::with_config(cfg, 0, Rc::new(MemStore::default()));
+        let proxy = ReplayProxy::new(cfg);
         Replay {
             proxy,
             shadow,
@@ -169,20 +166,22 @@ impl Replay {
     pub fn add(&mut self, r: &Record<'_>) {
         self.requests += 1;
         let now = self.clock(r.ts_ms);
-        self.proxy.host.now_ns = Some(now);
-        let client = Client::from_log(r.client);
+        self.proxy.host.now_ns = now;
         self.downstream.clear();
-        match &client {
-            Client::Ip(IpAddr::V4(ip)) => {
-                let _ = write!(self.downstream, "{ip}:0");
+        match r.client {
+            // An address as logged: the filter's own parser reads it (with or without a
+            // port, IPv4 or IPv6; anything it cannot parse is its "unknown client" key).
+            Some(c)
+                if c.iter()
+                    .all(|b| b.is_ascii_hexdigit() || b".:[]".contains(b)) =>
+            {
+                self.downstream
+                    .push_str(std::str::from_utf8(c).unwrap_or_default());
             }
-            Client::Ip(IpAddr::V6(ip)) => {
-                let _ = write!(self.downstream, "[{ip}]:0");
-            }
-            Client::Name(n) => {
+            Some(c) => {
                 // A host name instead of an address: a distinct documentation-prefix
                 // address per name, so different clients keep different buckets.
-                let h = fnv(n.as_bytes());
+                let h = fnv(c);
                 let ip = Ipv6Addr::new(
                     0x2001,
                     0xdb8,
@@ -195,34 +194,50 @@ impl Replay {
                 );
                 let _ = write!(self.downstream, "[{ip}]:0");
             }
-            Client::Unknown => self.no_client += 1,
+            None => self.no_client += 1,
         }
-        let path = String::from_utf8_lossy(r.path);
-        let method = String::from_utf8_lossy(r.method);
-        let ua = r.ua.map(String::from_utf8_lossy);
-        let xff = r.xff.map(String::from_utf8_lossy);
-        let mut headers: Vec<(&str, &str)> = Vec::with_capacity(4);
-        headers.push((":path", &path));
-        headers.push((":method", &method));
-        if let Some(ua) = &ua {
-            headers.push(("user-agent", ua));
-        }
-        if let Some(x) = &xff {
-            headers.push(("x-forwarded-for", x));
-        }
-        let (ctx, step) = self.proxy.request(&headers, &self.downstream);
-        if step == Step::Pause && self.proxy.reply_status(ctx).is_none() {
-            self.answer_callouts();
-            if self.proxy.reply_status(ctx).is_none() && self.proxy.req(ctx).resumed == 0 {
-                self.unresolved += 1;
-            }
+        let req = Request {
+            path: r.path,
+            method: r.method,
+            ua: r.ua,
+            xff: r.xff,
+            downstream: (!self.downstream.is_empty()).then_some(self.downstream.as_bytes()),
+        };
+        let offline = &self.offline;
+        let verdicts = &mut self.verdicts;
+        let out = self.proxy.run(&req, r.status, &mut |path| {
+            let q = path.strip_prefix("/v1/verify?ip=").unwrap_or("");
+            let (ip, bot) = q.split_once("&bot=").unwrap_or((q, ""));
+            let v = match (offline, ip.parse::<IpAddr>()) {
+                (Some(o), Ok(addr)) => o.verdict(addr, bot),
+                (Some(_), Err(_)) => Verdict::Unknown,
+                (None, _) => Verdict::NotChecked,
+            };
+            let ttl = offline.as_ref().map_or(30, |o| o.ttl(v));
+            *verdicts.entry((bot.to_string(), v)).or_insert(0) += 1;
+            let method = match v {
+                Verdict::Verified | Verdict::Spoofed => "ip_range",
+                _ => "none",
+            };
+            let body = serde_json::json!({
+                "ip": ip, "bot": bot, "verdict": v.contract(), "method": method,
+                "host": "", "ttl_s": ttl,
+            });
+            (200, body.to_string())
+        });
+        if out.unresolved {
+            self.unresolved += 1;
         }
         let row = actual_row(r.status);
-        let route = self.config().route_of(path_only(path.as_bytes()));
-        let class = self.proxy.class_of(ctx).as_deref().and_then(Class::parse);
-        let reply = self.proxy.req(ctx).reply.clone();
-        match (reply, class) {
-            (Some(rep), _) => {
+        let route = self.config().route_of(path_only(r.path));
+        let limit = out
+            .policy
+            .as_deref()
+            .and_then(|v| crate::logfmt::limit_name(v.as_bytes()))
+            .and_then(|n| std::str::from_utf8(n).ok())
+            .and_then(|n| self.limit_index.get(n).copied());
+        match (out.reply, out.class) {
+            (Some(status), class) => {
                 let class = class.unwrap_or(Class::Human);
                 if let Some(c) = self.classes.get_mut(class.index()) {
                     c.rejected += 1;
@@ -230,17 +245,13 @@ impl Replay {
                 if let Some(c) = self.routes.get_mut(route) {
                     c.rejected += 1;
                 }
-                let limit = rep
-                    .header("ratelimit-policy")
-                    .and_then(|v| crate::logfmt::limit_name(v.as_bytes()))
-                    .and_then(|n| std::str::from_utf8(n).ok())
-                    .and_then(|n| self.limit_index.get(n).copied());
                 if let Some(c) = limit.and_then(|i| self.limits.get_mut(i)) {
                     c.rejected += 1;
                 }
-                let col = if rep.status == 503 { 2 } else { 1 };
+                let col = if status == 503 { 2 } else { 1 };
                 self.bump(row, col);
-                self.limited_clients.add(&client, |c| *c = Some(class));
+                self.limited_clients
+                    .add(&Client::from_log(r.client), |c| *c = Some(class));
             }
             (None, Some(class)) => {
                 if let Some(c) = self.classes.get_mut(class.index()) {
@@ -260,15 +271,7 @@ impl Replay {
                     }
                 }
                 self.bump(row, 0);
-                // The upstream answered as it did in the log: the response path runs too
-                // (normalising upstream 429/503).
-                let mut code = itoa(r.status);
-                if r.status == 0 {
-                    code = *b"000";
-                }
-                let code = std::str::from_utf8(&code).unwrap_or("200");
-                self.proxy.respond(ctx, &[(":status", code)], true);
-                if self.proxy.reply_status(ctx).is_some() {
+                if out.normalised {
                     self.normalised += 1;
                 }
             }
@@ -277,43 +280,11 @@ impl Replay {
                 self.bump(row, 3);
             }
         }
-        self.proxy.hang_up(ctx);
     }
 
     fn bump(&mut self, row: usize, col: usize) {
         if let Some(c) = self.matrix.get_mut(row).and_then(|r| r.get_mut(col)) {
             *c += 1;
-        }
-    }
-
-    /// Dispatches queued callouts and answers each at once (same virtual instant).
-    fn answer_callouts(&mut self) {
-        for _ in 0..4 {
-            self.proxy.wake();
-            let pending: Vec<(u32, String)> = self
-                .proxy
-                .host
-                .callouts
-                .iter()
-                .map(|c| (c.token, c.path.clone()))
-                .collect();
-            if pending.is_empty() {
-                return;
-            }
-            // Every callout is answered below, so token numbers may start over.
-            self.proxy.host.callouts.clear();
-            for (token, path) in pending {
-                let q = path.strip_prefix("/v1/verify?ip=").unwrap_or("");
-                let (ip, bot) = q.split_once("&bot=").unwrap_or((q, ""));
-                let v = match (&self.offline, ip.parse::<IpAddr>()) {
-                    (Some(o), Ok(addr)) => o.verdict(addr, bot),
-                    (Some(_), Err(_)) => Verdict::Unknown,
-                    (None, _) => Verdict::NotChecked,
-                };
-                let ttl = self.offline.as_ref().map_or(30, |o| o.ttl(v));
-                *self.verdicts.entry((bot.to_string(), v)).or_insert(0) += 1;
-                self.proxy.verdict(token, ip, bot, v.contract(), ttl);
-            }
         }
     }
 
@@ -462,16 +433,6 @@ fn fnv(b: &[u8]) -> u64 {
     b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
         (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3)
     })
-}
-
-/// Three ASCII digits of a status.
-fn itoa(s: u16) -> [u8; 3] {
-    let s = s.min(999);
-    [
-        b'0' + (s / 100) as u8,
-        b'0' + (s / 10 % 10) as u8,
-        b'0' + (s % 10) as u8,
-    ]
 }
 
 /// `replay --json` document (schema [`SCHEMA`], documented in the README).

@@ -10,7 +10,9 @@ use crate::logfmt::{Record, Upstream};
 use crate::stats::{Heavy, MsHist};
 use crate::table::{pct, Table};
 use crate::time;
-use crawlguard::classify::{Class, Classifier};
+use crawlguard::classify::Class;
+use crawlguard::config::Config;
+use crawlguard::engine::path_only;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -187,10 +189,12 @@ impl Client {
         let Some(b) = b else {
             return Client::Unknown;
         };
-        let s = String::from_utf8_lossy(b);
-        match s.parse::<IpAddr>() {
-            Ok(ip) => Client::Ip(ip.to_canonical()),
-            Err(_) => Client::Name(s.into()),
+        match std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse::<IpAddr>().ok())
+        {
+            Some(ip) => Client::Ip(ip.to_canonical()),
+            None => Client::Name(String::from_utf8_lossy(b).into()),
         }
     }
 }
@@ -216,7 +220,10 @@ pub struct Talker {
 
 /// The report being built.
 pub struct Report {
-    classifier: Classifier,
+    cfg: Config,
+    /// Per crawlguard route of the configuration (`routes.len()` = `default`), from the
+    /// path.
+    pub routes: Vec<Group>,
     /// Per class, [`Class::index`] order.
     pub classes: [Group; 8],
     /// Per bot id (known bots only).
@@ -238,10 +245,12 @@ pub struct Report {
 }
 
 impl Report {
-    /// An empty report classifying User-Agents with `classifier`.
-    pub fn new(classifier: Classifier) -> Report {
+    /// An empty report classifying User-Agents with `cfg`'s catalog and mapping paths to
+    /// `cfg`'s routes.
+    pub fn new(cfg: Config) -> Report {
         Report {
-            classifier,
+            routes: vec![Group::default(); cfg.routes.len() + 1],
+            cfg,
             classes: Default::default(),
             bots: HashMap::new(),
             minutes: BTreeMap::new(),
@@ -256,7 +265,7 @@ impl Report {
 
     /// Counts one record.
     pub fn add(&mut self, r: &Record<'_>) {
-        let c = self.classifier.classify(r.ua);
+        let c = self.cfg.classifier.classify(r.ua);
         let class = match r.class {
             Some(k) => {
                 self.class_logged += 1;
@@ -268,6 +277,9 @@ impl Report {
             }
         };
         if let Some(g) = self.classes.get_mut(class.index()) {
+            g.add(r);
+        }
+        if let Some(g) = self.routes.get_mut(self.cfg.route_of(path_only(r.path))) {
             g.add(r);
         }
         if let Some(bot) = c.bot {
@@ -347,7 +359,7 @@ impl Report {
             .bots
             .iter()
             .map(|(id, g)| {
-                let e = self.classifier.entries().iter().find(|e| &e.id == id);
+                let e = self.cfg.classifier.entries().iter().find(|e| &e.id == id);
                 BotJson {
                     bot: id.clone(),
                     catalog_class: e.map_or("", |e| e.class.as_str()),
@@ -390,6 +402,16 @@ impl Report {
                 classifier: self.class_derived,
             },
             classes,
+            routes: self
+                .routes
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| g.requests > 0)
+                .map(|(i, g)| RouteJson {
+                    route: self.cfg.route_name(i).to_string(),
+                    group: g.json(),
+                })
+                .collect(),
             bots,
             top_429_minutes: self
                 .top_minutes(5, sum429)
@@ -444,6 +466,8 @@ pub struct ReportJson {
     pub class_source: ClassSourceJson,
     /// Per class with requests.
     pub classes: Vec<ClassJson>,
+    /// Per crawlguard route (of `--config`; without it every path is `default`).
+    pub routes: Vec<RouteJson>,
     /// Per known bot id, most requests first.
     pub bots: Vec<BotJson>,
     /// The 5 minutes with the most 429s.
@@ -472,6 +496,16 @@ pub struct ClassSourceJson {
 pub struct ClassJson {
     /// Class name.
     pub class: &'static str,
+    /// Its counters.
+    #[serde(flatten)]
+    pub group: GroupJson,
+}
+
+/// One route.
+#[derive(Debug, Serialize)]
+pub struct RouteJson {
+    /// Route name.
+    pub route: String,
     /// Its counters.
     #[serde(flatten)]
     pub group: GroupJson,
@@ -698,6 +732,14 @@ pub fn render(j: &ReportJson) -> String {
         t.row(group_row(c.class.to_string(), &c.group));
     }
     out += &t.render();
+    if j.routes.len() > 1 {
+        out += "\nper route (crawlguard routes of the configuration, from the path)\n";
+        let mut t = Table::new(std::iter::once("route").chain(GROUP_HEAD));
+        for r in &j.routes {
+            t.row(group_row(r.route.clone(), &r.group));
+        }
+        out += &t.render();
+    }
     if !j.bots.is_empty() {
         out += "\nper bot id (known bots; class = the catalog's, granted only when verified)\n";
         let mut t = Table::new(["bot", "class"].into_iter().chain(GROUP_HEAD));

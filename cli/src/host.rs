@@ -1,0 +1,401 @@
+//! The proxy replay runs the filter in: an implementation of the filter's [`Host`] seam for
+//! one request at a time, and the driver that calls the request machine the way Envoy (and
+//! the filter crate's own `fake_host::FakeProxy`) does: request headers, root wake-up,
+//! verifier answers, response headers.
+//!
+//! It is `FakeProxy` specialised for a replay: a log is replayed one request after another
+//! (a request paused for a verdict is resumed before the next one starts, since the verdict
+//! is answered at once), so the host keeps one request in reusable buffers instead of maps
+//! of contexts and header lists, and counters in a vector; its shared data ([`Store`]) has
+//! the semantics of Envoy's (and of the filter's test `MemStore`: values with a CAS token
+//! from one global counter) with a faster hash and in-place updates. The decision code, the
+//! worker and the verdict cache are the filter's own.
+
+use crawlguard::classify::Class;
+use crawlguard::config::Config;
+use crawlguard::host::{Callout, ContextId, Host, HostError, LocalReply};
+use crawlguard::metrics::Metrics;
+use crawlguard::request::{RequestState, Step};
+use crawlguard::store::{SharedData, StoreError};
+use crawlguard::worker::Worker;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::rc::Rc;
+
+/// FNV-1a over the key bytes: shared-data keys are short (`cg:b:<slot>`), so a simple
+/// multiplicative hash beats SipHash here; the keys are the filter's, not an attacker's.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+/// In-memory shared data with Envoy's semantics: `get` returns the value and its CAS
+/// token, `set` with a non-zero CAS fails if the key changed since, tokens come from one
+/// counter.
+#[derive(Default)]
+pub struct Store {
+    map: RefCell<HashMap<Box<str>, (Vec<u8>, u32), BuildHasherDefault<Fnv>>>,
+    next_cas: Cell<u32>,
+}
+
+impl SharedData for Store {
+    fn get(&self, key: &str) -> Result<Option<(Vec<u8>, u32)>, StoreError> {
+        Ok(self.map.borrow().get(key).cloned())
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: u32) -> Result<(), StoreError> {
+        let mut map = self.map.borrow_mut();
+        let next = self.next_cas.get().wrapping_add(1).max(1);
+        match map.get_mut(key) {
+            Some((v, cur)) => {
+                if cas != 0 && cas != *cur {
+                    return Err(StoreError::CasMismatch);
+                }
+                v.clear();
+                v.extend_from_slice(value);
+                *cur = next;
+            }
+            None => {
+                map.insert(key.into(), (value.to_vec(), next));
+            }
+        }
+        self.next_cas.set(next);
+        Ok(())
+    }
+}
+
+/// The root context id (requests are numbered from 2).
+const ROOT: ContextId = 1;
+
+/// The request being replayed.
+#[derive(Debug, Default)]
+pub struct Req {
+    /// Context id.
+    pub ctx: ContextId,
+    /// `:path`.
+    pub path: Vec<u8>,
+    /// `:method`.
+    pub method: Vec<u8>,
+    /// `user-agent`, if sent.
+    pub ua: Option<Vec<u8>>,
+    /// `x-forwarded-for`, if sent.
+    pub xff: Option<Vec<u8>>,
+    /// `source.address`.
+    pub downstream: Option<Vec<u8>>,
+    /// The class header as the filter set it.
+    pub class: Option<Vec<u8>>,
+    /// `:status` of the upstream response.
+    pub status: Vec<u8>,
+    /// The local reply's status, if crawlguard answered.
+    pub reply: Option<u16>,
+    /// The reply's `ratelimit-policy` header.
+    pub policy: Option<String>,
+    /// Times resumed.
+    pub resumed: u32,
+}
+
+/// The [`Host`] of a replay.
+pub struct ReplayHost {
+    /// Virtual clock, ns since the epoch.
+    pub now_ns: u64,
+    store: Store,
+    class_header: String,
+    /// The current request.
+    pub req: Req,
+    current: ContextId,
+    counters: Vec<u64>,
+    /// Callouts dispatched and not answered yet: (token, path).
+    pub callouts: Vec<(u32, String)>,
+    next_token: u32,
+}
+
+fn one(v: &Option<Vec<u8>>) -> Option<Vec<u8>> {
+    v.clone()
+}
+
+impl Host for ReplayHost {
+    fn now_ns(&mut self) -> Option<u64> {
+        Some(self.now_ns)
+    }
+
+    fn random_u32(&mut self) -> u32 {
+        0
+    }
+
+    fn request_header(&mut self, name: &str) -> Option<Vec<u8>> {
+        match name {
+            ":path" => Some(self.req.path.clone()),
+            ":method" => Some(self.req.method.clone()),
+            "user-agent" => one(&self.req.ua),
+            "x-forwarded-for" => one(&self.req.xff),
+            n if n == self.class_header => one(&self.req.class),
+            _ => None,
+        }
+    }
+
+    fn request_header_lines(&mut self, name: &str) -> Vec<Vec<u8>> {
+        self.request_header(name).into_iter().collect()
+    }
+
+    fn set_request_header(&mut self, name: &str, value: Option<&[u8]>) {
+        if name == self.class_header || name.eq_ignore_ascii_case(&self.class_header) {
+            set_opt(&mut self.req.class, value);
+        }
+    }
+
+    fn downstream_address(&mut self) -> Option<Vec<u8>> {
+        one(&self.req.downstream)
+    }
+
+    fn response_header(&mut self, name: &str) -> Option<Vec<u8>> {
+        (name == ":status").then(|| self.req.status.clone())
+    }
+
+    fn response_header_lines(&mut self, name: &str) -> Vec<Vec<u8>> {
+        self.response_header(name).into_iter().collect()
+    }
+
+    fn send_reply(&mut self, reply: &LocalReply<'_>) -> Result<(), HostError> {
+        self.req.reply = Some(reply.status);
+        self.req.policy = reply
+            .headers
+            .iter()
+            .find(|(k, _)| *k == "ratelimit-policy")
+            .map(|(_, v)| v.clone());
+        Ok(())
+    }
+
+    fn resume_request(&mut self) -> Result<(), HostError> {
+        self.req.resumed += 1;
+        Ok(())
+    }
+
+    fn increment(&mut self, id: u32) {
+        if let Some(c) = self.counters.get_mut(id as usize) {
+            *c += 1;
+        }
+    }
+
+    fn shared_data(&self) -> &dyn SharedData {
+        &self.store
+    }
+
+    fn dispatch_callout(&mut self, c: &Callout<'_>) -> Result<u32, HostError> {
+        self.next_token = self.next_token.wrapping_add(1).max(1);
+        self.callouts.push((self.next_token, c.path.to_string()));
+        Ok(self.next_token)
+    }
+
+    fn wake_root(&mut self) -> Result<(), HostError> {
+        Ok(())
+    }
+
+    fn switch_to(&mut self, context: ContextId) -> Result<(), HostError> {
+        if context == self.req.ctx || context == ROOT {
+            self.current = context;
+            Ok(())
+        } else {
+            Err(HostError(2))
+        }
+    }
+}
+
+/// One worker of a replayed Envoy and its host.
+pub struct ReplayProxy {
+    /// The host.
+    pub host: ReplayHost,
+    /// The filter's worker.
+    pub worker: Rc<Worker>,
+    /// Counter names by id.
+    pub metric_names: Vec<String>,
+    next_ctx: ContextId,
+}
+
+/// A request to replay.
+pub struct Request<'a> {
+    /// `:path`.
+    pub path: &'a [u8],
+    /// `:method`.
+    pub method: &'a [u8],
+    /// `user-agent`.
+    pub ua: Option<&'a [u8]>,
+    /// `x-forwarded-for`.
+    pub xff: Option<&'a [u8]>,
+    /// `source.address`.
+    pub downstream: Option<&'a [u8]>,
+}
+
+fn set(dst: &mut Vec<u8>, src: &[u8]) {
+    dst.clear();
+    dst.extend_from_slice(src);
+}
+
+fn set_opt(dst: &mut Option<Vec<u8>>, src: Option<&[u8]>) {
+    match (dst.as_mut(), src) {
+        (Some(d), Some(s)) => set(d, s),
+        (None, Some(s)) => *dst = Some(s.to_vec()),
+        (_, None) => *dst = None,
+    }
+}
+
+impl ReplayProxy {
+    /// A worker for `cfg`, its shared-data slots created.
+    pub fn new(cfg: Config) -> ReplayProxy {
+        let mut names: Vec<String> = vec![String::new()];
+        let metrics = Metrics::define(&cfg, &mut |n| {
+            names.push(n.to_string());
+            u32::try_from(names.len() - 1).ok()
+        });
+        let class_header = cfg.class_header.clone();
+        let worker = Worker::new(cfg, metrics, 42);
+        let host = ReplayHost {
+            now_ns: 0,
+            store: Store::default(),
+            class_header,
+            req: Req::default(),
+            current: ROOT,
+            counters: vec![0; names.len()],
+            callouts: Vec::new(),
+            next_token: 0,
+        };
+        let _ = worker.precreate(&host.store);
+        ReplayProxy {
+            host,
+            worker: Rc::new(worker),
+            metric_names: names,
+            next_ctx: ROOT + 1,
+        }
+    }
+
+    /// A counter's value by name (0 if unknown).
+    pub fn counter(&self, name: &str) -> u64 {
+        self.metric_names
+            .iter()
+            .position(|n| n == name)
+            .and_then(|i| self.host.counters.get(i))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Runs request `r` through the filter: request headers, then (if it paused for a
+    /// verdict) root wake-ups with every callout answered by `answer(path) -> (status,
+    /// body)`, then the upstream's response `status` if the request was forwarded.
+    pub fn run(
+        &mut self,
+        r: &Request<'_>,
+        status: u16,
+        answer: &mut dyn FnMut(&str) -> (u16, String),
+    ) -> Outcome {
+        let ctx = self.next_ctx;
+        self.next_ctx = self.next_ctx.wrapping_add(1).max(ROOT + 1);
+        let q = &mut self.host.req;
+        q.ctx = ctx;
+        set(&mut q.path, r.path);
+        set(&mut q.method, r.method);
+        set_opt(&mut q.ua, r.ua);
+        set_opt(&mut q.xff, r.xff);
+        set_opt(&mut q.downstream, r.downstream);
+        q.reply = None;
+        q.policy = None;
+        q.resumed = 0;
+        self.host.current = ctx;
+        let state = Rc::new(RefCell::new(RequestState::default()));
+        let step = state.borrow_mut().on_request_headers(
+            Rc::downgrade(&state),
+            ctx,
+            &self.worker,
+            &mut self.host,
+        );
+        if step == Step::Pause && self.host.req.reply.is_none() {
+            // Paused for a verdict: the root dispatches the callout, the answer comes back
+            // at once (same virtual instant) and resumes the request.
+            for _ in 0..4 {
+                self.host.current = ROOT;
+                self.worker.on_wake(&mut self.host);
+                if self.host.callouts.is_empty() {
+                    break;
+                }
+                for (token, path) in std::mem::take(&mut self.host.callouts) {
+                    let (st, body) = answer(&path);
+                    let st = st.to_string();
+                    self.host.current = ROOT;
+                    self.worker.on_callout_response(
+                        &mut self.host,
+                        token,
+                        Some(st.as_bytes()),
+                        body.as_bytes(),
+                    );
+                }
+                if !state.borrow().is_awaiting_verdict() {
+                    break;
+                }
+            }
+        }
+        let mut out = Outcome {
+            class: self
+                .host
+                .req
+                .class
+                .as_deref()
+                .and_then(|c| std::str::from_utf8(c).ok())
+                .and_then(Class::parse),
+            reply: self.host.req.reply,
+            policy: self.host.req.policy.take(),
+            normalised: false,
+            unresolved: state.borrow().is_awaiting_verdict(),
+        };
+        let forwarded = state.borrow().forwarded_class().is_some();
+        let cfg = &self.worker.cfg;
+        // The upstream answered as it did in the log: the response path runs when that
+        // status is one it acts on (for any other it returns at once).
+        let acts = cfg.rewrite.enabled
+            && (cfg.rewrite.statuses.contains(&status)
+                || (status == 200 && cfg.degraded.is_some()));
+        if forwarded && acts {
+            let s = status.min(999);
+            self.host.req.status = vec![
+                b'0' + (s / 100) as u8,
+                b'0' + (s / 10 % 10) as u8,
+                b'0' + (s % 10) as u8,
+            ];
+            self.host.current = ctx;
+            state
+                .borrow_mut()
+                .on_response_headers(&self.worker, &mut self.host, true);
+            out.normalised = self.host.req.reply.is_some();
+        }
+        out
+    }
+}
+
+/// What the filter did with one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The class it forwarded (or rejected) the request with; `None` for an exempt path.
+    pub class: Option<Class>,
+    /// The status of crawlguard's own rejection, if it rejected the request.
+    pub reply: Option<u16>,
+    /// The rejection's `ratelimit-policy` (names the limit).
+    pub policy: Option<String>,
+    /// Forwarded, and the upstream's answer (429/503) was normalised on the way back.
+    pub normalised: bool,
+    /// Still paused for a verdict after every callout was answered (a bug if ever true).
+    pub unresolved: bool,
+}
