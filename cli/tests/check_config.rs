@@ -1,0 +1,171 @@
+//! `crawlguard check-config`: every shipped configuration is accepted, files without one are
+//! refused, and an invalid configuration exits 1 with the filter's own `field: reason`.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_crawlguard");
+
+fn root() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+fn check(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("check-config")
+        .args(args)
+        .output()
+        .expect("run crawlguard")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn every_shipped_example_and_istio_file() {
+    let mut seen = 0;
+    for dir in ["envoy/examples", "envoy/istio"] {
+        let mut entries: Vec<_> = std::fs::read_dir(root().join(dir))
+            .expect("dir")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            let name = p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("")
+                .to_string();
+            let out = check(&[p.to_str().expect("utf-8 path")]);
+            let carries_config = name.ends_with(".json") || name.starts_with("wasmplugin");
+            if carries_config {
+                assert_eq!(out.status.code(), Some(0), "{name}: {}", text(&out.stderr));
+                assert!(
+                    text(&out.stdout).contains(": ok ("),
+                    "{name}: {}",
+                    text(&out.stdout)
+                );
+            } else {
+                // The verifier's Deployment/Service and the Dockerfile carry no filter
+                // configuration: refused, with the reason.
+                assert_eq!(out.status.code(), Some(1), "{name}");
+                assert!(
+                    text(&out.stderr).contains("no filter configuration found"),
+                    "{name}: {}",
+                    text(&out.stderr)
+                );
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen >= 5, "{seen} files");
+    let out = check(&[root()
+        .join("envoy/istio/wasmplugin.yaml")
+        .to_str()
+        .expect("path")]);
+    assert_eq!(
+        text(&out.stdout).trim_end(),
+        format!(
+            "{}: WasmPlugin crawlguard (spec.pluginConfig): ok (mode enforce, 9 limits, 0 routes, \
+             161 bots, 16384 bucket slots, verifier cluster \
+             \"outbound|9090||crawlguard-verifier.crawlguard-system.svc.cluster.local\")",
+            root().join("envoy/istio/wasmplugin.yaml").display()
+        )
+    );
+}
+
+#[test]
+fn envoy_yaml_and_the_embedded_default() {
+    for f in [
+        "envoy/envoy.yaml",
+        "envoy/envoy-local-ratelimit.yaml",
+        "envoy/crawlguard.default.json",
+    ] {
+        let out = check(&[root().join(f).to_str().expect("path")]);
+        assert_eq!(out.status.code(), Some(0), "{f}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stdout).contains("ok (mode enforce, 9 limits"),
+            "{f}"
+        );
+    }
+}
+
+#[test]
+fn invalid_configurations_exit_1_with_the_filters_message() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let bad = r#"{"limits":[{"name":"a","class":"*","route":"*","rate_per_s":0,"burst":1,"key":"global"}]}"#;
+    let expected = crawlguard::config::parse(bad.as_bytes())
+        .err()
+        .expect("invalid")
+        .to_string();
+    assert_eq!(expected, "limits[0].rate_per_s: must be > 0");
+    let p = dir.path().join("bad.json");
+    std::fs::write(&p, bad).expect("write");
+    let out = check(&[p.to_str().expect("path")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr).trim_end(),
+        format!(
+            "{}: configuration: invalid configuration: {expected}",
+            p.display()
+        )
+    );
+    assert!(out.stdout.is_empty());
+
+    // The same error inside a WasmPlugin's pluginConfig.
+    let wp = std::fs::read_to_string(root().join("envoy/istio/wasmplugin.yaml")).expect("read");
+    let broken = wp.replacen("xff_trusted_hops: 1", "xff_trusted_hops: 99", 1);
+    assert_ne!(wp, broken);
+    let p2 = dir.path().join("wp.yaml");
+    std::fs::write(&p2, broken).expect("write");
+    let out = check(&[p2.to_str().expect("path")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).ends_with(
+            "WasmPlugin crawlguard (spec.pluginConfig): invalid configuration: \
+             client_ip.xff_trusted_hops: must be 1..=16\n"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Unknown fields, syntax errors, stdin; one bad file among good ones still fails.
+    let mut child = Command::new(BIN)
+        .args([
+            "check-config",
+            "-",
+            root()
+                .join("envoy/examples/api-route.json")
+                .to_str()
+                .expect("p"),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(br#"{"store":{"slotz":1}}"#)
+        .expect("feed");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).starts_with(
+            "-: configuration: invalid configuration: store.slotz: unknown field `slotz`"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(text(&out.stdout)
+        .contains("api-route.json: configuration: ok (mode enforce, 3 limits, 1 routes"));
+    let out = check(&["/nonexistent.json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("/nonexistent.json"));
+    // No file: a usage error.
+    assert_eq!(check(&[]).status.code(), Some(2));
+}

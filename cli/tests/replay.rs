@@ -1,0 +1,256 @@
+//! `crawlguard replay`: the filter's own decisions on the repository's real access log, with
+//! and without offline verification, in shadow mode, at other speeds; the warning for
+//! verified crawlers; `--json`.
+
+use crawlguard::config;
+use crawlguard_cli::input;
+use crawlguard_cli::offline::Offline;
+use crawlguard_cli::replay::Replay;
+use serde_json::Value;
+use std::process::Command;
+
+const APACHE_LOG: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../shared/data/elastic-apache-logs/apache_logs"
+);
+const BIN: &str = env!("CARGO_BIN_EXE_crawlguard");
+const EXAMPLE_TOML: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../verifier/verifier.example.toml"
+);
+
+fn replay(cfg: &str, speed: f64, ranges: &[&str]) -> Value {
+    let cfg = config::parse(cfg.as_bytes()).expect("valid config");
+    let offline = if ranges.is_empty() {
+        None
+    } else {
+        let args: Vec<String> = ranges.iter().map(|s| s.to_string()).collect();
+        Some(Offline::load(&args).expect("ranges load"))
+    };
+    let mut rp = Replay::new(cfg, speed, offline);
+    let inputs = input::each_input(&[APACHE_LOG.to_string()], None, &mut |r| rp.add(r));
+    assert_eq!(inputs[0].parsed, 9_999);
+    serde_json::to_value(rp.json(5)).expect("json")
+}
+
+fn class(j: &Value, name: &str) -> (u64, u64) {
+    let c = j["classes"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["class"] == name))
+        .unwrap_or(&Value::Null);
+    (
+        c["admitted"].as_u64().unwrap_or(0),
+        c["rejected"].as_u64().unwrap_or(0),
+    )
+}
+
+fn limit(j: &Value, name: &str) -> (u64, u64) {
+    let c = j["limits"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["limit"] == name))
+        .unwrap_or(&Value::Null);
+    (
+        c["admitted"].as_u64().unwrap_or(0),
+        c["rejected"].as_u64().unwrap_or(0),
+    )
+}
+
+#[test]
+fn default_configuration_in_real_time_without_verification() {
+    let j = replay("", 1.0, &[]);
+    assert_eq!(j["requests"], 9_999);
+    assert_eq!(class(&j, "human"), (7_262, 0));
+    assert_eq!(class(&j, "unverified_bot"), (930, 209));
+    assert_eq!(class(&j, "other_bot"), (1_195, 11));
+    assert_eq!(class(&j, "script"), (156, 55));
+    assert_eq!(class(&j, "search_crawler"), (0, 0));
+    assert_eq!(j["exempt"], 181);
+    assert_eq!(limit(&j, "unverified_bot_per_ip"), (930, 209));
+    assert_eq!(limit(&j, "unverified_bot_global"), (930, 0));
+    assert_eq!(limit(&j, "script_per_ip"), (156, 55));
+    assert_eq!(limit(&j, "human_per_ip"), (7_262, 0));
+    assert_eq!(
+        j["routes"],
+        serde_json::json!([{"route": "default", "admitted": 9_543, "rejected": 275}])
+    );
+    assert_eq!(
+        j["status_vs_prediction"][0],
+        serde_json::json!({"actual": "2xx", "admitted": 8_810, "rejected_429": 180,
+                           "rejected_503": 0, "exempt": 180})
+    );
+    assert_eq!(
+        j["top_limited_clients"][0],
+        serde_json::json!({"client": "66.249.73.135", "rejected": 120, "class": "unverified_bot"})
+    );
+    assert!(j["verification"]
+        .as_str()
+        .unwrap_or("")
+        .starts_with("none (no --ranges)"));
+    assert!(j["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .all(|v| v["verdict"] == "unknown (no --ranges)"));
+    assert_eq!(j["warnings"], serde_json::json!([]));
+    assert_eq!(j["unresolved"], 0);
+}
+
+#[test]
+fn sidecar_ranges_verify_googlebot() {
+    let j = replay("", 1.0, &[EXAMPLE_TOML]);
+    // Today's googlebot.json holds most of the 2015 Googlebot addresses.
+    assert_eq!(class(&j, "search_crawler"), (524, 0));
+    assert_eq!(class(&j, "unverified_bot"), (526, 89));
+    assert_eq!(class(&j, "human"), (7_262, 0));
+    let v: Vec<(String, String, u64)> = j["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .filter(|v| v["bot"] == "googlebot")
+        .map(|v| {
+            (
+                v["bot"].as_str().unwrap_or("").into(),
+                v["verdict"].as_str().unwrap_or("").into(),
+                v["callouts"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        v,
+        [
+            ("googlebot".into(), "verified (ip range)".into(), 9),
+            (
+                "googlebot".into(),
+                "unknown (needs FCrDNS, not done offline)".into(),
+                3
+            ),
+        ]
+    );
+    // BOT=FILE: the same ranges without the TOML; a range-only bot's miss is spoofed.
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/data/google-crawler-ips/googlebot.json"
+    );
+    let j2 = replay("", 1.0, &[&format!("googlebot={file}")]);
+    assert_eq!(class(&j2, "search_crawler"), (524, 0));
+    let gptbot = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/data/openai-crawler-ips/gptbot.json"
+    );
+    let o = Offline::load(&[format!("gptbot={gptbot}")]).expect("load");
+    assert_eq!(
+        o.verdict("192.0.2.1".parse().expect("ip"), "gptbot")
+            .contract(),
+        "spoofed"
+    );
+    assert!(Offline::load(&["googlebot=/nonexistent.json".to_string()]).is_err());
+}
+
+#[test]
+fn shadow_mode_decides_like_enforce_and_says_so() {
+    let j = replay(r#"{"mode":"shadow"}"#, 1.0, &[]);
+    assert_eq!(j["mode"], "shadow");
+    assert_eq!(class(&j, "unverified_bot"), (930, 209));
+    assert_eq!(class(&j, "script"), (156, 55));
+}
+
+#[test]
+fn compressing_time_rejects_more() {
+    let slow = replay("", 1.0, &[]);
+    let fast = replay("", 3_600.0, &[]);
+    assert!((fast["replayed_seconds"].as_f64().unwrap_or(0.0) - 298_856.0 / 3_600.0).abs() < 1e-6);
+    for c in ["human", "unverified_bot", "other_bot", "script"] {
+        let (a, r) = class(&fast, c);
+        let (a1, r1) = class(&slow, c);
+        assert_eq!(a + r, a1 + r1, "{c}");
+        assert!(r >= r1, "{c}: {r} < {r1}");
+    }
+    assert!(class(&fast, "unverified_bot").1 > 209);
+}
+
+#[test]
+fn verified_crawlers_over_one_percent_warn() {
+    let cfg = r#"{"limits":[{"name":"tight","class":"search_crawler","route":"*","rate_per_s":0.001,"burst":20,"key":"client_ip"}]}"#;
+    let j = replay(cfg, 1.0, &[EXAMPLE_TOML]);
+    let (a, r) = class(&j, "search_crawler");
+    assert_eq!(a + r, 524);
+    assert!(r * 100 > a + r, "{a} {r}");
+    let w = j["warnings"][0].as_str().unwrap_or("");
+    assert!(
+        w.starts_with("verified crawlers of class search_crawler would see "),
+        "{w}"
+    );
+}
+
+#[test]
+fn binary_output_json_and_errors() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = dir.path().join("cfg.json");
+    std::fs::write(&cfg, "{}").expect("write");
+    let out = Command::new(BIN)
+        .args(["replay", "--json", "--config"])
+        .arg(&cfg)
+        .arg(APACHE_LOG)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(j["schema"], "crawlguard.replay/v1");
+    for key in [
+        "mode",
+        "speed",
+        "requests",
+        "first",
+        "last",
+        "replayed_seconds",
+        "verification",
+        "verdicts",
+        "classes",
+        "routes",
+        "limits",
+        "exempt",
+        "status_vs_prediction",
+        "normalised_upstream",
+        "top_limited_clients",
+        "top_limited_error_bound",
+        "no_client_address",
+        "header_keyed_limits",
+        "unresolved",
+        "warnings",
+        "inputs",
+    ] {
+        assert!(j.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(
+        j["inputs"][0]["unparsable_examples"],
+        serde_json::json!([8899])
+    );
+    // The table names the verification situation.
+    let out = Command::new(BIN)
+        .args(["replay", "--config"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../envoy/examples/api-route.json"
+        ))
+        .arg(APACHE_LOG)
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("verification: none (no --ranges): every crawler claim is unverified"));
+    assert!(text.contains("limits keyed by a request header (api_per_key) see it missing"));
+    // An invalid configuration: exit 1 with the filter's message.
+    std::fs::write(&cfg, r#"{"mode":"off"}"#).expect("write");
+    let out = Command::new(BIN)
+        .args(["replay", "--config"])
+        .arg(&cfg)
+        .arg(APACHE_LOG)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("invalid configuration: mode: unknown variant `off`"));
+}
