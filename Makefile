@@ -7,7 +7,7 @@ WASM := target/wasm32-wasip1/release/crawlguard.wasm
 # The real-Envoy tests each start an Envoy; two at a time suits a 2-core machine.
 TEST_THREADS ?= 2
 
-.PHONY: all setup setup-rust build build-verifier run test test-host test-integration test-compose lint clean distclean bench fuzz soak
+.PHONY: all setup setup-rust build build-cli install-cli build-verifier run test test-host test-integration test-compose lint clean distclean bench fuzz soak
 
 all: build
 
@@ -17,9 +17,19 @@ setup:
 setup-rust:
 	@scripts/setup.sh --rust
 
-## build: the filter module, target/wasm32-wasip1/release/crawlguard.wasm
+## build: the filter module, target/wasm32-wasip1/release/crawlguard.wasm, and the
+## crawlguard command, target/release/crawlguard
 build: setup-rust
 	$(CARGO) build --release --target wasm32-wasip1 -p crawlguard
+	$(CARGO) build --release -p crawlguard-cli
+
+## build-cli: only the crawlguard command (report, replay, check-config, classify)
+build-cli: setup-rust
+	$(CARGO) build --release -p crawlguard-cli
+
+## install-cli: the crawlguard command into ~/.cargo/bin (cargo install --path cli)
+install-cli: setup-rust
+	$(CARGO) install --locked --path cli
 
 ## build-verifier: the sidecar, target/release/crawlguard-verifier
 build-verifier: setup-rust
@@ -55,8 +65,9 @@ test-integration:
 test-compose: setup build
 	CARGO="$(CARGO)" scripts/compose-test.sh
 
-## bench: throughput/latency vs Envoy's local_ratelimit and a wasm floor, exactness, memory
-## (a benchmark, not a test): writes bench/results.md
+## bench: throughput/latency vs Envoy's local_ratelimit and a wasm floor, exactness, memory,
+## the crawlguard command's log lines/s (a benchmark, not a test): writes bench/results.md;
+## BENCH_ARGS=--cli-only measures only the command
 bench: setup build build-verifier
 	@command -v wrk >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
 	python3 bench/bench.py $(BENCH_ARGS)

@@ -16,10 +16,12 @@ Each (concurrency, configuration) is measured in several rounds, configurations 
 within a round, so the ratios come from figures taken together. Load: wrk on loopback.
 
 Also: exactness (N clients on one bucket, allowed vs burst + rate x t), memory (Envoy RSS
-before/after many requests from distinct client addresses), and the verifier (latency on
-cache hits; the filter's added latency on a verdict miss).
+before/after many requests from distinct client addresses), the verifier (latency on
+cache hits; the filter's added latency on a verdict miss), and the `crawlguard` command's
+log throughput (`report` and `replay` on 1,000,000 real log lines, one core; target
+>= 500,000 lines/s).
 
-Usage: bench/bench.py [--rounds N] [--duration S] [--quick]
+Usage: bench/bench.py [--rounds N] [--duration S] [--quick] [--cli-only]
 """
 
 import argparse
@@ -594,6 +596,83 @@ def verifier_latency(tmp, duration):
         proc.wait()
 
 
+CLI_BIN = os.path.join(ROOT, "target/release/crawlguard")
+APACHE_LOG = os.path.join(ROOT, "../shared/data/elastic-apache-logs/apache_logs")
+CLI_SECTION = "## crawlguard CLI throughput"
+
+
+def cli_throughput(tmp, copies=100, runs=3):
+    """`crawlguard report` and `replay` (embedded default configuration) on the shared
+    Apache log repeated `copies` times (each copy shifted by a year, so time moves forward):
+    lines per second of wall time and of CPU time, best of `runs`. The command is single
+    threaded, so this is one core."""
+    sh(["cargo", "build", "-q", "--release", "-p", "crawlguard-cli"], cwd=ROOT)
+    with open(APACHE_LOG, "rb") as f:
+        lines = f.read().splitlines(True)
+    big = os.path.join(tmp, "apache_logs.x%d" % copies)
+    with open(big, "wb") as f:
+        for k in range(copies):
+            year = b"/%d:" % (2015 + k)
+            for line in lines:
+                f.write(line.replace(b"/2015:", year, 1))
+    n = len(lines) * copies
+    cfg = os.path.join(tmp, "default.json")
+    with open(cfg, "w") as f:
+        f.write("")
+    rows = []
+    for name, cmd in [("report", [CLI_BIN, "report", big]),
+                      ("replay", [CLI_BIN, "replay", "--config", cfg, big])]:
+        best_wall, best_cpu = None, None
+        for _ in range(runs):
+            before = os.times()
+            t0 = time.perf_counter()
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            wall = time.perf_counter() - t0
+            after = os.times()
+            cpu = (after.children_user - before.children_user) + \
+                (after.children_system - before.children_system)
+            best_wall = wall if best_wall is None else min(best_wall, wall)
+            best_cpu = cpu if best_cpu is None else min(best_cpu, cpu)
+        COMMANDS.append(" ".join(cmd).replace(tmp, "$TMP"))
+        rows.append({"command": name, "lines": n, "wall_s": best_wall, "cpu_s": best_cpu,
+                     "lines_per_s_wall": n / best_wall, "lines_per_s_cpu": n / best_cpu})
+        print(f"  {name}: {n / best_wall:,.0f} lines/s wall, {n / best_cpu:,.0f} lines/s CPU",
+              flush=True)
+    return rows
+
+
+def cli_lines(rows):
+    out = [CLI_SECTION, "",
+           f"`crawlguard report` and `crawlguard replay --config <empty: embedded default>` on "
+           f"{rows[0]['lines']:,} lines (the shared Apache log, 10,000 lines, repeated with each "
+           "copy a year later), single-threaded; best of 3; target >= 500,000 lines/s:", "",
+           "| command | lines | wall s | lines/s (wall) | CPU s | lines/s (CPU) | >= 500k |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ok = "yes" if r["lines_per_s_wall"] >= 500_000 else "NO"
+        out.append(f"| {r['command']} | {r['lines']:,} | {r['wall_s']:.2f} | "
+                   f"{r['lines_per_s_wall']:,.0f} | {r['cpu_s']:.2f} | "
+                   f"{r['lines_per_s_cpu']:,.0f} | {ok} |")
+    return out
+
+
+def replace_cli_section(path, rows):
+    """Puts the CLI table into an existing results file (replacing an older one)."""
+    text = open(path).read() if os.path.exists(path) else "# crawlguard benchmark results\n"
+    start = text.find(CLI_SECTION)
+    if start >= 0:
+        nxt = text.find("\n## ", start + len(CLI_SECTION))
+        end = text.find("\nCommands (as run", start) if nxt < 0 else nxt
+        text = text[:start] + text[end + 1:] if end >= 0 else text[:start]
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')
+    section = "\n".join(cli_lines(rows)) + f"\n\n(measured {stamp}, `bench/bench.py --cli-only`)\n"
+    cut = text.find("\nCommands (as run")
+    text = text[:cut + 1] + section + "\n" + text[cut + 1:] if cut >= 0 else \
+        text.rstrip("\n") + "\n\n" + section
+    with open(path, "w") as f:
+        f.write(text)
+
+
 def machine():
     cpu = ""
     try:
@@ -609,7 +688,7 @@ def machine():
             "ua_only.wasm bytes": os.path.getsize(FLOOR_WASM)}
 
 
-def write_results(path, results, exact_rows, mem_row, args, ver=None):
+def write_results(path, results, exact_rows, mem_row, args, ver=None, cli=None):
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("rps", "p50_ms", "p99_ms")}
            for k, v in results.items()}
     lines = ["# crawlguard benchmark results", "",
@@ -685,6 +764,8 @@ def write_results(path, results, exact_rows, mem_row, args, ver=None):
             lines.append(f"| filter, {name} | {r['rps']:.0f} | {r['p50_ms']:.3f} | "
                          f"{r['p99_ms']:.3f} | misses {r['misses']}, verified {r['verified']}, "
                          f"errors {r['errors']} |")
+    if cli:
+        lines += [""] + cli_lines(cli)
     profile = os.path.join(ROOT, "bench/profile.md")
     if os.path.exists(profile):
         with open(profile) as f:
@@ -703,11 +784,18 @@ def main():
     ap.add_argument("--duration", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="1 round of 3 s, no memory run")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results.md"))
+    ap.add_argument("--cli-only", action="store_true",
+                    help="only the crawlguard command's log throughput, put into --out")
     ap.add_argument("--soak", type=int, metavar="SECONDS",
                     help="only the soak run, appended to --out")
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.duration = 1, 3
+    if args.cli_only:
+        with tempfile.TemporaryDirectory(prefix="cg-bench-") as tmp:
+            print("crawlguard CLI throughput:", flush=True)
+            replace_cli_section(args.out, cli_throughput(tmp))
+        return
     for tool in ("wrk",):
         if not shutil.which(tool):
             sys.exit(f"{tool} not found: run `make bench` (it installs it)")
@@ -726,7 +814,9 @@ def main():
         mem_row = None if args.quick else memory(tmp)
         print("verifier:", flush=True)
         ver = verifier_latency(tmp, args.duration)
-        write_results(args.out, results, exact_rows, mem_row, args, ver)
+        print("crawlguard CLI throughput:", flush=True)
+        cli = cli_throughput(tmp)
+        write_results(args.out, results, exact_rows, mem_row, args, ver, cli)
 
 
 if __name__ == "__main__":

@@ -253,6 +253,73 @@ const CRAWLGUARD_LINES: [&str; 4] = [
     r#"[2026-12-01T07:10:06.000Z] 127.1.3.9 "GET /" 503 crawlguard_normalised_upstream class=human retry_after=4 duration_ms=15 upstream_ms=14 limit=- ua="odd "quoted" agent""#,
 ];
 
+/// A log written by a real Envoy 1.40 with `envoy/envoy.yaml` during the agreement test
+/// (integration/tests/cli_agreement.rs): Envoy's own startup lines, then access-log lines.
+const REAL_ENVOY_LOG: &str = include_str!("data/envoy-crawlguard.log");
+
+#[test]
+fn crawlguard_format_real_envoy_lines() {
+    let (mut access, mut other) = (0, 0);
+    for l in REAL_ENVOY_LOG.lines() {
+        let parsed = with(Format::Crawlguard, l.as_bytes(), |_| ()).is_some();
+        if l.contains(" ua=\"") {
+            assert!(parsed, "{l}");
+            access += 1;
+        } else {
+            assert!(!parsed, "{l}");
+            other += 1;
+        }
+    }
+    assert_eq!((access, other), (40, 8));
+    let first = REAL_ENVOY_LOG
+        .lines()
+        .find(|l| l.contains(" ua=\""))
+        .expect("an access line");
+    assert_eq!(
+        with(Format::Crawlguard, first.as_bytes(), |r| (
+            r.ts_ms,
+            s(r.client),
+            s(Some(r.path)),
+            r.status,
+            s(r.details),
+            r.class,
+            r.duration_ms,
+            r.upstream_ms,
+            r.upstream,
+            r.limit.is_none()
+        )),
+        Some((
+            1_796_108_735_208,
+            Some("127.1.1.1".into()),
+            Some("/presentations/logstash-monitorama-2013/images/kibana-search.png".into()),
+            200,
+            Some("via_upstream".into()),
+            Some(Class::Human),
+            Some(1),
+            Some(0),
+            Upstream::Reached,
+            true
+        ))
+    );
+    let rejected = REAL_ENVOY_LOG
+        .lines()
+        .find(|l| l.contains(" 429 crawlguard_rate_limited "))
+        .expect("a rejection");
+    assert_eq!(
+        with(Format::Crawlguard, rejected.as_bytes(), |r| (
+            r.class,
+            r.upstream_ms,
+            r.upstream
+        )),
+        Some((Some(Class::UnverifiedBot), None, Upstream::NotReached))
+    );
+    // The whole file is detected as crawlguard's format.
+    assert_eq!(
+        logfmt::detect(REAL_ENVOY_LOG.lines().map(str::as_bytes)),
+        Some(Format::Crawlguard)
+    );
+}
+
 #[test]
 fn crawlguard_format() {
     let got: Vec<_> = CRAWLGUARD_LINES
