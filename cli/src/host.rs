@@ -46,12 +46,15 @@ impl Hasher for Fnv {
     }
 }
 
+/// Shared-data keys to (value, CAS token).
+type Slots = HashMap<Box<str>, (Vec<u8>, u32), BuildHasherDefault<Fnv>>;
+
 /// In-memory shared data with Envoy's semantics: `get` returns the value and its CAS
 /// token, `set` with a non-zero CAS fails if the key changed since, tokens come from one
 /// counter.
 #[derive(Default)]
 pub struct Store {
-    map: RefCell<HashMap<Box<str>, (Vec<u8>, u32), BuildHasherDefault<Fnv>>>,
+    map: RefCell<Slots>,
     next_cas: Cell<u32>,
 }
 

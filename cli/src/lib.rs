@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! The `crawlguard` command (binary in `main.rs`), as a library so tests and benches can
 //! drive each part:
 //! - [`report`]: per class and bot id, what an access log says happened;

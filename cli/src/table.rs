@@ -1,4 +1,5 @@
-//! Aligned text tables: the first column left-aligned, the others right-aligned.
+//! Aligned text tables: numeric columns (every cell a number, a percentage or `-`)
+//! right-aligned, the others left-aligned.
 
 /// A table being filled.
 #[derive(Debug, Clone, Default)]
@@ -36,6 +37,17 @@ impl Table {
                 *w = (*w).max(c.chars().count());
             }
         }
+        let numeric: Vec<bool> = (0..ncol)
+            .map(|i| {
+                i > 0
+                    && self.rows.iter().all(|r| {
+                        r.get(i).is_none_or(|c| {
+                            c.chars()
+                                .all(|ch| ch.is_ascii_digit() || ".%-/ ".contains(ch))
+                        })
+                    })
+            })
+            .collect();
         let mut out = String::new();
         for r in std::iter::once(&self.head).chain(&self.rows) {
             let mut line = String::new();
@@ -45,7 +57,7 @@ impl Table {
                 if i > 0 {
                     line += "  ";
                 }
-                if i == 0 {
+                if !numeric.get(i).copied().unwrap_or(false) {
                     line += c;
                     line += &" ".repeat(pad);
                 } else {

@@ -55,8 +55,13 @@ fn month(s: &[u8]) -> Option<u32> {
     M.iter().position(|m| **m == l).map(|i| i as u32 + 1)
 }
 
-/// Milliseconds of a validated civil date-time at UTC offset `off_min`.
-fn to_ms(y: i64, mo: u32, d: u32, h: u32, mi: u32, s: u32, ms: u32, off_min: i64) -> Option<i64> {
+/// Milliseconds of a validated civil date `(y, mo, d)` and time `(h, mi, s, ms)` at UTC
+/// offset `off_min`.
+fn to_ms(
+    (y, mo, d): (i64, u32, u32),
+    (h, mi, s, ms): (u32, u32, u32, u32),
+    off_min: i64,
+) -> Option<i64> {
     if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
         return None;
     }
@@ -100,7 +105,7 @@ pub fn parse_apache(s: &[u8]) -> Option<i64> {
         return None;
     }
     let off = offset(s.get(21..)?)?;
-    to_ms(i64::from(y), mo, d, h, mi, sec, 0, off)
+    to_ms((i64::from(y), mo, d), (h, mi, sec, 0), off)
 }
 
 /// Parses RFC 3339 as Envoy writes `%START_TIME%` (`2026-11-30T05:59:00.123Z`); fractional
@@ -137,7 +142,7 @@ pub fn parse_rfc3339(s: &[u8]) -> Option<i64> {
         rest = frac.get(n..)?;
     }
     let off = offset(rest)?;
-    to_ms(i64::from(y), mo, d, h, mi, sec, ms, off)
+    to_ms((i64::from(y), mo, d), (h, mi, sec, ms), off)
 }
 
 /// `YYYY-MM-DD HH:MM` (UTC) of a minute number (minutes since the epoch).

@@ -97,8 +97,7 @@ fn invalid_configurations_exit_1_with_the_filters_message() {
     let dir = tempfile::tempdir().expect("tmp");
     let bad = r#"{"limits":[{"name":"a","class":"*","route":"*","rate_per_s":0,"burst":1,"key":"global"}]}"#;
     let expected = crawlguard::config::parse(bad.as_bytes())
-        .err()
-        .expect("invalid")
+        .expect_err("invalid")
         .to_string();
     assert_eq!(expected, "limits[0].rate_per_s: must be > 0");
     let p = dir.path().join("bad.json");
