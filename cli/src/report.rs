@@ -218,9 +218,15 @@ pub struct Talker {
     pub class: Option<Class>,
 }
 
+/// User-Agents whose classification is remembered (access logs repeat the same few
+/// thousand agents; the cache is cleared when full).
+const UA_CACHE: usize = 8192;
+
 /// The report being built.
 pub struct Report {
     cfg: Config,
+    /// User-Agent -> (class, index of the bot entry): the classifier's answer, remembered.
+    ua_cache: HashMap<Box<[u8]>, (Class, Option<usize>)>,
     /// Per crawlguard route of the configuration (`routes.len()` = `default`), from the
     /// path.
     pub routes: Vec<Group>,
@@ -251,6 +257,7 @@ impl Report {
         Report {
             routes: vec![Group::default(); cfg.routes.len() + 1],
             cfg,
+            ua_cache: HashMap::new(),
             classes: Default::default(),
             bots: HashMap::new(),
             minutes: BTreeMap::new(),
@@ -263,9 +270,29 @@ impl Report {
         }
     }
 
+    /// The filter's classification of `ua`: (class, bot entry index).
+    fn classify(&mut self, ua: Option<&[u8]>) -> (Class, Option<usize>) {
+        let key = ua.unwrap_or_default();
+        if let Some(hit) = self.ua_cache.get(key) {
+            return *hit;
+        }
+        let c = self.cfg.classifier.classify(ua);
+        let entries = self.cfg.classifier.entries();
+        let bot = c
+            .bot
+            .and_then(|b| entries.iter().position(|e| std::ptr::eq(e, b)));
+        let v = (c.class, bot);
+        if self.ua_cache.len() >= UA_CACHE {
+            self.ua_cache.clear();
+        }
+        // A missing User-Agent and an empty one classify alike (script, no bot).
+        self.ua_cache.insert(key.into(), v);
+        v
+    }
+
     /// Counts one record.
     pub fn add(&mut self, r: &Record<'_>) {
-        let c = self.cfg.classifier.classify(r.ua);
+        let (derived, bot) = self.classify(r.ua);
         let class = match r.class {
             Some(k) => {
                 self.class_logged += 1;
@@ -273,7 +300,7 @@ impl Report {
             }
             None => {
                 self.class_derived += 1;
-                c.class
+                derived
             }
         };
         if let Some(g) = self.classes.get_mut(class.index()) {
@@ -282,7 +309,7 @@ impl Report {
         if let Some(g) = self.routes.get_mut(self.cfg.route_of(path_only(r.path))) {
             g.add(r);
         }
-        if let Some(bot) = c.bot {
+        if let Some(bot) = bot.and_then(|i| self.cfg.classifier.entries().get(i)) {
             match self.bots.get_mut(bot.id.as_str()) {
                 Some(g) => g.add(r),
                 None => {
