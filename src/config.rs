@@ -17,6 +17,15 @@ pub const DEFAULT_CONFIG_JSON: &str = include_str!("../envoy/crawlguard.default.
 /// Name of the implicit route that matches every path no configured route matches.
 pub const DEFAULT_ROUTE: &str = "default";
 
+/// Longest time an empty bucket may take to refill, `burst / rate_per_s`, in seconds: one
+/// year (365 days). Bucket times are u64 nanoseconds since the Unix epoch, which end in the
+/// year 2554, and a bucket's state reaches at most `now + burst / rate_per_s`; one year keeps
+/// every valid limit more than five centuries clear of that end (a longer window means
+/// nothing to a rate limiter, and its RateLimit-Policy `w` would be absurd). Without a bound a
+/// tiny rate (`1e-10`/s) pushed the times past u64, where the math used to saturate into
+/// "allow" (the bucket now refuses what it cannot store; validation keeps configs away).
+pub const MAX_REFILL_S: f64 = 31_536_000.0;
+
 /// A configuration error: the field path (`limits[2].rate_per_s`, or `<root>`) and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -712,6 +721,16 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         if !(1..=1_000_000).contains(&l.burst) {
             return Err(err(format!("{p}.burst"), "must be 1..=1000000"));
         }
+        let refill_s = f64::from(l.burst) / l.rate_per_s;
+        if refill_s > MAX_REFILL_S {
+            return Err(err(
+                format!("{p}.rate_per_s"),
+                format!(
+                    "burst / rate_per_s must be <= {MAX_REFILL_S} s (one year), is {} s",
+                    refill_s.ceil()
+                ),
+            ));
+        }
         let key = match l.key.as_str() {
             "client_ip" => KeyKind::ClientIp,
             "global" => KeyKind::Global,
@@ -903,6 +922,12 @@ mod tests {
         );
         assert_eq!(
             parse_err(
+                r#"{"limits":[{"name":"a","class":"*","route":"*","rate_per_s":1e-10,"burst":5,"key":"client_ip"}]}"#
+            ),
+            "limits[0].rate_per_s: burst / rate_per_s must be <= 31536000 s (one year), is 50000000000 s"
+        );
+        assert_eq!(
+            parse_err(
                 r#"{"limits":[{"name":"a","class":"*","route":"*","rate_per_s":1,"burst":1,"key":"cookie"}]}"#
             ),
             r#"limits[0].key: "cookie": expected "client_ip", "global" or "header:<name>""#
@@ -960,6 +985,31 @@ mod tests {
         assert_eq!(
             parse_err(r#"{"routes":[{"name":"api","path_prefix":"api"}]}"#),
             "routes[0].path_prefix: must start with '/'"
+        );
+    }
+
+    #[test]
+    fn refill_time_is_bounded_by_one_year() {
+        let doc = |rate: &str, burst: u32| {
+            format!(
+                r#"{{"limits":[{{"name":"a","class":"*","route":"*","rate_per_s":{rate},"burst":{burst},"key":"global"}}]}}"#
+            )
+        };
+        // Exactly one year: 31536 / 0.001 and 1 / (1 / 31536000) are both 31536000.0.
+        assert!(parse(doc("0.001", 31_536).as_bytes()).is_ok());
+        assert!(parse(doc(&(1.0 / MAX_REFILL_S).to_string(), 1).as_bytes()).is_ok());
+        assert_eq!(
+            parse_err(&doc("0.001", 31_537)),
+            "limits[0].rate_per_s: burst / rate_per_s must be <= 31536000 s (one year), is 31537000 s"
+        );
+        assert_eq!(
+            parse_err(&doc("1e-9", 20)),
+            "limits[0].rate_per_s: burst / rate_per_s must be <= 31536000 s (one year), is 20000000000 s"
+        );
+        // The smallest rate any burst allows is 1 token a year.
+        assert_eq!(
+            parse_err(&doc("3e-8", 1)),
+            "limits[0].rate_per_s: burst / rate_per_s must be <= 31536000 s (one year), is 33333334 s"
         );
     }
 

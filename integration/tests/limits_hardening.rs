@@ -1,0 +1,92 @@
+//! Holes in the limits that a hostile review found (issue 9), closed and checked in a real
+//! Envoy: a rate so small that the bucket math saturated into "allow", fallback buckets that
+//! anyone could reset by churning addresses, a `Retry-After` clamp shorter than the refill
+//! interval, key-header padding, and a store reshape that silently reset every bucket.
+//!
+//! Every test starts its own Envoy on free ports; clients bind `127.0.0.x` source addresses
+//! to play different client IPs. Limits refill at 0.001 token/s or slower, so nothing
+//! refills while a test runs and every count is exact.
+
+use std::net::Ipv4Addr;
+
+use crawlguard_integration::{client, sequential, Envoy, EnvoyOpts, Reply, UA_CHROME};
+use serde_json::{json, Value};
+
+fn ip(last: u8) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, last)
+}
+
+fn statuses(replies: &[Reply]) -> Vec<u16> {
+    replies.iter().map(|r| r.status).collect()
+}
+
+/// A limit on every class and route, keyed by client IP.
+fn per_ip(name: &str, rate_per_s: f64, burst: u32) -> Value {
+    json!({"name": name, "class": "*", "route": "*", "rate_per_s": rate_per_s,
+           "burst": burst, "key": "client_ip"})
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 4: a tiny rate is no limit at all
+// ---------------------------------------------------------------------------------------
+
+/// `rate_per_s: 1e-10, burst: 5` used to admit 50 of 50 requests (the GCRA times saturated
+/// at `u64::MAX` and the over-limit comparison was never true). Such a limit is refused at
+/// load with the field path; if a module accepts it, the test measures what it admits.
+#[tokio::test]
+async fn a_rate_too_small_for_its_burst_is_refused_with_the_field_path() {
+    let mut accepted = Vec::new();
+    for (rate_per_s, burst, n, window_s) in [
+        (1e-10, 5u32, 50usize, "50000000000"),
+        (1e-9, 20, 60, "20000000000"),
+    ] {
+        let opts = EnvoyOpts::with_config(json!({
+            "verifier": {"enabled": false},
+            "limits": [per_ip("tiny", rate_per_s, burst)]
+        }));
+        match Envoy::try_start(opts).await {
+            Ok(envoy) => {
+                let r = sequential(&client(ip(2)), &envoy.url("/"), UA_CHROME, n).await;
+                let admitted = r.iter().filter(|r| r.status == 200).count();
+                accepted.push(format!(
+                    "rate_per_s {rate_per_s}, burst {burst} was accepted and admitted \
+                     {admitted} of {n} requests from one address"
+                ));
+            }
+            Err(log) => {
+                let want = format!(
+                    "invalid configuration: limits[0].rate_per_s: burst / rate_per_s must be \
+                     <= 31536000 s (one year), is {window_s} s"
+                );
+                assert!(log.contains(&want), "no `{want}` in Envoy's log:\n{log}");
+            }
+        }
+    }
+    assert!(accepted.is_empty(), "{accepted:#?}");
+}
+
+/// The smallest valid rate for a burst of 5 (5 / 31536000 s, rounded up a little) admits
+/// exactly the burst, and its `RateLimit-Policy` window is the whole year.
+#[tokio::test]
+async fn the_smallest_valid_rate_admits_exactly_burst() {
+    let envoy = Envoy::start(EnvoyOpts::with_config(json!({
+        "verifier": {"enabled": false},
+        "ratelimit_headers": true,
+        "classes": {"human": {"retry_after": {"min_s": 1, "max_s": 60, "jitter_s": 0}}},
+        "limits": [per_ip("yearly", 1.5855e-7, 5)]
+    })))
+    .await;
+    let r = sequential(&client(ip(3)), &envoy.url("/"), UA_CHROME, 20).await;
+    let mut want = vec![200; 5];
+    want.extend([429; 15]);
+    assert_eq!(statuses(&r), want);
+    let last = r.last().expect("20 replies");
+    assert_eq!(last.header("retry-after"), Some("60"));
+    // ceil(5 / 1.5855e-7) = 31535794 s: just under one year.
+    assert_eq!(
+        last.header("ratelimit-policy"),
+        Some("\"yearly\";q=5;w=31535794")
+    );
+    assert_eq!(envoy.counter("crawlguard.class.human.allowed").await, 5);
+    assert_eq!(envoy.counter("crawlguard.class.human.limited").await, 15);
+}
