@@ -9,7 +9,7 @@
 
 use std::net::Ipv4Addr;
 
-use crawlguard_integration::{client, sequential, Envoy, EnvoyOpts, Reply, UA_CHROME};
+use crawlguard_integration::{client, get, sequential, Envoy, EnvoyOpts, Reply, UA_CHROME};
 use serde_json::{json, Value};
 
 fn ip(last: u8) -> Ipv4Addr {
@@ -89,4 +89,53 @@ async fn the_smallest_valid_rate_admits_exactly_burst() {
     );
     assert_eq!(envoy.counter("crawlguard.class.human.allowed").await, 5);
     assert_eq!(envoy.counter("crawlguard.class.human.limited").await, 15);
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 5: nobody can reset the per-worker fallback buckets
+// ---------------------------------------------------------------------------------------
+
+/// With one shared slot, every client but the slot's owner is decided by the per-worker
+/// fallback map (capacity 4 here). A client exhausts its fallback bucket; 20 other
+/// addresses then churn past the map's capacity. The map used to be cleared wholesale
+/// when full, handing the exhausted client a fresh bucket; now only buckets that are full
+/// again may go, and new keys that find no room share one strict overflow bucket per limit.
+#[tokio::test]
+async fn churn_past_the_fallback_capacity_cannot_reset_an_exhausted_client() {
+    let envoy = Envoy::start(EnvoyOpts::with_config(json!({
+        "verifier": {"enabled": false},
+        "store": {"slots": 1, "fallback_buckets": 4},
+        "limits": [per_ip("per_ip", 0.001, 2)]
+    })))
+    .await;
+    let url = envoy.url("/");
+    // 127.0.0.9 takes the only slot (its bucket stays active for 1000 s).
+    assert_eq!(get(&client(ip(9)), &url, UA_CHROME, &[]).await.status, 200);
+    // The victim collides with it and is decided by its own fallback bucket.
+    let victim = client(ip(2));
+    let v = sequential(&victim, &url, UA_CHROME, 3).await;
+    assert_eq!(statuses(&v), [200, 200, 429]);
+
+    // 20 other addresses, one request each: 3 get the rest of the map (capacity 4, the
+    // victim holds one), 2 pass through the overflow bucket (burst 2), 15 are limited.
+    let mut churn = Vec::new();
+    for last in 10..30 {
+        churn.push(get(&client(ip(last)), &url, UA_CHROME, &[]).await.status);
+    }
+    // The victim's bucket survived the churn.
+    let after = get(&victim, &url, UA_CHROME, &[]).await.status;
+    let mut want = vec![200; 5];
+    want.extend([429; 15]);
+    assert_eq!(
+        (churn, after),
+        (want, 429),
+        "(churn statuses, the exhausted client's status after the churn)"
+    );
+
+    let s = envoy.crawlguard_stats().await;
+    assert_eq!(s["crawlguard.class.human.allowed"], 1 + 2 + 5);
+    assert_eq!(s["crawlguard.class.human.limited"], 1 + 15 + 1);
+    // Every request but the slot owner's was decided by the fallback (a collision).
+    assert_eq!(s["crawlguard.class.human.fail_open"], 3 + 20 + 1);
+    assert_eq!(s["crawlguard.store.collision"], 3 + 20 + 1);
 }
