@@ -5,7 +5,7 @@
 //! of a non-empty document is optional and takes the same default. Unknown fields are errors.
 //! Every error names the field path and the reason, e.g. `limits[2].rate_per_s: must be > 0`.
 
-use crate::bucket::Rate;
+use crate::bucket::{Rate, NS_PER_S};
 use crate::classify::{builtin_catalog, BotEntry, Class, Classifier};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
@@ -308,6 +308,9 @@ pub struct Config {
     /// Lowercase response header the origin sets on degraded pages; such a 200 becomes a 503
     /// for crawler classes (soft-404 guard). `None` = off.
     pub degraded: Option<String>,
+    /// Things that are valid but probably not meant, one line each starting with the field
+    /// path (`limits[0].rate_per_s: ...`); `on_configure` logs each at warn level.
+    pub warnings: Vec<String>,
 }
 
 impl Config {
@@ -755,6 +758,8 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         });
     }
 
+    let warnings = retry_after_warnings(&limits, &classes);
+
     // exempt paths
     let exempt_paths = raw.exempt_paths.unwrap_or_else(default_exempt_paths);
     for (i, e) in exempt_paths.iter().enumerate() {
@@ -837,7 +842,36 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         verifier: raw.verifier,
         rewrite: raw.rewrite,
         degraded,
+        warnings,
     })
+}
+
+/// One warning per (limit, class it applies to) whose refill interval, `1 / rate_per_s`, is
+/// longer than the class's `retry_after.max_s`: a client that waits the clamped Retry-After
+/// comes back before a token has, and is rejected again. The clamp is the operator's choice
+/// and stays; the warning says what it costs. A limit of class `*` is checked against every
+/// class.
+fn retry_after_warnings(limits: &[Limit], classes: &[ClassPolicy; 8]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, l) in limits.iter().enumerate() {
+        for (class, policy) in Class::ALL.iter().zip(classes) {
+            if l.class.is_some_and(|c| c != *class) {
+                continue;
+            }
+            let max_s = policy.retry_after.max_s;
+            if u128::from(l.rate.emission_ns) > u128::from(max_s) * u128::from(NS_PER_S) {
+                out.push(format!(
+                    "limits[{i}].rate_per_s: limit {:?} refills one token every {} s \
+                     (1 / rate_per_s), longer than classes.{class}.retry_after.max_s ({max_s} s): \
+                     a client of class {class} that waits Retry-After can be rejected again",
+                    l.name,
+                    l.rate.emission_ns as f64 / NS_PER_S as f64,
+                    class = class.as_str(),
+                ));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -986,6 +1020,36 @@ mod tests {
             parse_err(r#"{"routes":[{"name":"api","path_prefix":"api"}]}"#),
             "routes[0].path_prefix: must start with '/'"
         );
+    }
+
+    #[test]
+    fn a_refill_slower_than_the_retry_after_max_is_warned_about() {
+        let c = parse(
+            br#"{"classes":{"script":{"retry_after":{"max_s":30}}},"limits":[
+                {"name":"slow_scripts","class":"script","route":"*","rate_per_s":0.01,"burst":1,"key":"client_ip"},
+                {"name":"all_slow","class":"*","route":"*","rate_per_s":0.02,"burst":3,"key":"client_ip"},
+                {"name":"at_max","class":"script","route":"*","rate_per_s":0.03333333333333333,"burst":1,"key":"global"}]}"#,
+        )
+        .expect("valid: warnings do not refuse a configuration");
+        assert_eq!(
+            c.warnings,
+            [
+                "limits[0].rate_per_s: limit \"slow_scripts\" refills one token every 100 s \
+                 (1 / rate_per_s), longer than classes.script.retry_after.max_s (30 s): a client \
+                 of class script that waits Retry-After can be rejected again",
+                "limits[1].rate_per_s: limit \"all_slow\" refills one token every 50 s \
+                 (1 / rate_per_s), longer than classes.ai_retriever.retry_after.max_s (30 s): a \
+                 client of class ai_retriever that waits Retry-After can be rejected again",
+                "limits[1].rate_per_s: limit \"all_slow\" refills one token every 50 s \
+                 (1 / rate_per_s), longer than classes.script.retry_after.max_s (30 s): a \
+                 client of class script that waits Retry-After can be rejected again",
+            ]
+        );
+        // The clamp itself is unchanged.
+        assert_eq!(c.policy(Class::Script).retry_after.max_s, 30);
+        // The defaults (and a limit refilling exactly at max_s, limits[2]) warn about nothing.
+        assert_eq!(parse(b"").expect("default").warnings, Vec::<String>::new());
+        assert_eq!(parse(b"{}").expect("{}").warnings, Vec::<String>::new());
     }
 
     #[test]

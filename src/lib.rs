@@ -62,6 +62,9 @@ mod root {
                     return false;
                 }
             };
+            for w in &cfg.warnings {
+                log::warn!("configuration warning: {w}");
+            }
             let limiter = Limiter::new(&cfg);
             let verdicts = VerdictCache::new(cfg.verifier.cache_slots);
             let created = limiter

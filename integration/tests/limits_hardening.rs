@@ -9,7 +9,9 @@
 
 use std::net::Ipv4Addr;
 
-use crawlguard_integration::{client, get, sequential, Envoy, EnvoyOpts, Reply, UA_CHROME};
+use crawlguard_integration::{
+    client, get, sequential, Envoy, EnvoyOpts, Reply, UA_CHROME, UA_CURL,
+};
 use serde_json::{json, Value};
 
 fn ip(last: u8) -> Ipv4Addr {
@@ -24,6 +26,11 @@ fn statuses(replies: &[Reply]) -> Vec<u16> {
 fn per_ip(name: &str, rate_per_s: f64, burst: u32) -> Value {
     json!({"name": name, "class": "*", "route": "*", "rate_per_s": rate_per_s,
            "burst": burst, "key": "client_ip"})
+}
+
+/// How many lines of Envoy's log contain `needle`.
+fn log_count(envoy: &Envoy, needle: &str) -> usize {
+    envoy.log().lines().filter(|l| l.contains(needle)).count()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -138,4 +145,65 @@ async fn churn_past_the_fallback_capacity_cannot_reset_an_exhausted_client() {
     // Every request but the slot owner's was decided by the fallback (a collision).
     assert_eq!(s["crawlguard.class.human.fail_open"], 3 + 20 + 1);
     assert_eq!(s["crawlguard.store.collision"], 3 + 20 + 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 7: a Retry-After clamp shorter than the refill interval is warned about at load
+// ---------------------------------------------------------------------------------------
+
+const WARN_SCRIPT: &str = "configuration warning: limits[0].rate_per_s: limit \"slow_scripts\" \
+    refills one token every 100 s (1 / rate_per_s), longer than \
+    classes.script.retry_after.max_s (30 s): a client of class script that waits Retry-After \
+    can be rejected again";
+const WARN_ALL_AI: &str = "configuration warning: limits[1].rate_per_s: limit \"all_slow\" \
+    refills one token every 50 s (1 / rate_per_s), longer than \
+    classes.ai_retriever.retry_after.max_s (30 s): a client of class ai_retriever that waits \
+    Retry-After can be rejected again";
+const WARN_ALL_SCRIPT: &str = "configuration warning: limits[1].rate_per_s: limit \"all_slow\" \
+    refills one token every 50 s (1 / rate_per_s), longer than \
+    classes.script.retry_after.max_s (30 s): a client of class script that waits Retry-After \
+    can be rejected again";
+
+/// The clamp is the operator's choice and is kept, but a limit whose refill interval
+/// (1 / rate_per_s) is longer than a matching class's `retry_after.max_s` sends obedient
+/// clients back too early: each such (limit, class) pair is logged at warn level at load,
+/// and the configuration is still accepted.
+#[tokio::test]
+async fn a_retry_after_max_below_the_refill_interval_is_warned_about_at_load() {
+    let envoy = Envoy::start(EnvoyOpts::with_config(json!({
+        "verifier": {"enabled": false},
+        "classes": {"script": {"retry_after": {"min_s": 1, "max_s": 30, "jitter_s": 0}}},
+        "limits": [
+            {"name": "slow_scripts", "class": "script", "route": "*", "rate_per_s": 0.01,
+             "burst": 1, "key": "client_ip"},
+            // 50 s: longer than ai_retriever's default max_s (30) and script's (30 here);
+            // shorter than every other class's.
+            {"name": "all_slow", "class": "*", "route": "*", "rate_per_s": 0.02,
+             "burst": 3, "key": "client_ip"},
+        ]
+    })))
+    .await;
+    // Envoy configures the plugin in several VMs (the main thread's and each worker's:
+    // three with one worker); each logs the warnings with its `configured:` line.
+    let loads = log_count(&envoy, "configured: mode");
+    assert!(loads >= 1, "no `configured:` line:\n{}", envoy.log());
+    for w in [WARN_SCRIPT, WARN_ALL_AI, WARN_ALL_SCRIPT] {
+        let lines: Vec<String> = envoy
+            .log()
+            .lines()
+            .filter(|l| l.contains(w))
+            .map(String::from)
+            .collect();
+        assert_eq!(lines.len(), loads, "`{w}` once per load:\n{}", envoy.log());
+        assert!(
+            lines.iter().all(|l| l.contains("][warning][")),
+            "{lines:#?}"
+        );
+    }
+    assert_eq!(log_count(&envoy, "configuration warning:"), 3 * loads);
+
+    // Still enforced, and the clamp is kept: Retry-After 30, not the 100 s the bucket needs.
+    let r = sequential(&client(ip(4)), &envoy.url("/"), UA_CURL, 3).await;
+    assert_eq!(statuses(&r), [200, 429, 429]);
+    assert_eq!(r[1].header("retry-after"), Some("30"));
 }
