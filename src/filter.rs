@@ -388,6 +388,29 @@ impl Filter {
                 );
                 return self.forward(cfg, class);
             }
+            Decision::Malformed { limit } | Decision::ShadowMalformed { limit } => {
+                let shadow = matches!(out.decision, Decision::ShadowMalformed { .. });
+                log::debug!(
+                    "{}malformed_key class={} route={} limit={} (more than {} key values)",
+                    if shadow { "shadow_" } else { "" },
+                    class.as_str(),
+                    cfg.route_name(out.route),
+                    cfg.limits.get(limit).map_or("?", |l| l.name.as_str()),
+                    engine::MAX_KEY_VALUES
+                );
+                if shadow {
+                    return self.forward(cfg, class);
+                }
+                let _ = hostcalls::set_map_value_bytes(
+                    MapType::HttpRequestHeaders,
+                    &cfg.class_header,
+                    Some(class.as_str().as_bytes()),
+                );
+                return match self.reply(&respond::malformed_key(), respond::DETAILS_MALFORMED_KEY) {
+                    Some(action) => action,
+                    None => self.forward(cfg, class),
+                };
+            }
             Decision::Allowed | Decision::Exempt => return self.forward(cfg, class),
         };
         let limit = cfg.limits.get(r.limit);

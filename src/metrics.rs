@@ -3,7 +3,8 @@
 //! Counters, in the voice of Envoy's `local_ratelimit` (Envoy shows wasm metrics under the
 //! `wasmcustom.` prefix in `/stats`):
 //! - `crawlguard.class.<class>.<decision>`, decision in `allowed`, `limited`,
-//!   `shadow_limited`, `exempt`, `fail_open` (decided by the local fallback bucket);
+//!   `shadow_limited`, `exempt`, `fail_open` (decided by the local fallback bucket),
+//!   `malformed` (a key header naming too many values; rejected, or forwarded in shadow mode);
 //! - `crawlguard.route.<route>.limited` (enforced and shadow);
 //! - `crawlguard.store.{error,cas_exhausted,collision,corrupt}`: shared-store trouble, each
 //!   of which fell back to the local bucket.
@@ -13,12 +14,13 @@ use crate::config::Config;
 use crate::engine::{Decision, Outcome};
 
 /// Decisions counted per class, in id order.
-pub const DECISIONS: [&str; 5] = [
+pub const DECISIONS: [&str; 6] = [
     "allowed",
     "limited",
     "shadow_limited",
     "exempt",
     "fail_open",
+    "malformed",
 ];
 
 /// Store event counter suffixes, in id order.
@@ -166,6 +168,7 @@ impl Metrics {
             Decision::Limited(_) => (1, true),
             Decision::ShadowLimited(_) => (2, true),
             Decision::Exempt => (3, false),
+            Decision::Malformed { .. } | Decision::ShadowMalformed { .. } => (5, false),
         };
         let mut bump = |idx: usize| {
             if let Some(id) = self.id(idx) {
@@ -204,17 +207,18 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 8 * 5 + 2 + 4 + 7 + 5 + 2);
-        assert_eq!(n[53], "crawlguard.rewrite.retry_after_added");
-        assert_eq!(n[58], "crawlguard.rewrite.status_429");
-        assert_eq!(n[59], "crawlguard.rewrite.status_503");
-        assert_eq!(n[46], "crawlguard.verify.verified");
-        assert_eq!(n[52], "crawlguard.verify.in_flight");
+        assert_eq!(n.len(), 8 * 6 + 2 + 4 + 7 + 5 + 2);
+        assert_eq!(n[61], "crawlguard.rewrite.retry_after_added");
+        assert_eq!(n[66], "crawlguard.rewrite.status_429");
+        assert_eq!(n[67], "crawlguard.rewrite.status_503");
+        assert_eq!(n[54], "crawlguard.verify.verified");
+        assert_eq!(n[60], "crawlguard.verify.in_flight");
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
-        assert_eq!(n[5 * 5 + 1], "crawlguard.class.human.limited");
-        assert_eq!(n[40], "crawlguard.route.api.limited");
-        assert_eq!(n[41], "crawlguard.route.default.limited");
-        assert_eq!(n[45], "crawlguard.store.corrupt");
+        assert_eq!(n[5 * 6 + 1], "crawlguard.class.human.limited");
+        assert_eq!(n[5 * 6 + 5], "crawlguard.class.human.malformed");
+        assert_eq!(n[48], "crawlguard.route.api.limited");
+        assert_eq!(n[49], "crawlguard.route.default.limited");
+        assert_eq!(n[53], "crawlguard.store.corrupt");
 
         let mut next = 100;
         let m = Metrics::define(&cfg, &mut |_| {
@@ -235,12 +239,26 @@ mod tests {
             },
         };
         m.record(Class::Human, &out, &mut |id| hits.push(id));
-        // human.limited (idx 26), human.fail_open (29), route default (41), store.error (42).
-        assert_eq!(hits, vec![101 + 26, 101 + 29, 101 + 41, 101 + 42]);
+        // human.limited (idx 31), human.fail_open (34), route default (49), store.error (50).
+        assert_eq!(hits, vec![101 + 31, 101 + 34, 101 + 49, 101 + 50]);
+        hits.clear();
+        // A malformed key: human.malformed (35) only, enforced or shadow.
+        for decision in [
+            Decision::Malformed { limit: 0 },
+            Decision::ShadowMalformed { limit: 0 },
+        ] {
+            let out = Outcome {
+                route: 1,
+                decision,
+                store: StoreEvents::default(),
+            };
+            m.record(Class::Human, &out, &mut |id| hits.push(id));
+        }
+        assert_eq!(hits, vec![101 + 35, 101 + 35]);
         hits.clear();
         m.record_verify(VerifyEvent::InFlight, &mut |id| hits.push(id));
         m.record_verify(VerifyEvent::Verified, &mut |id| hits.push(id));
-        assert_eq!(hits, vec![101 + 52, 101 + 46]);
+        assert_eq!(hits, vec![101 + 60, 101 + 54]);
         hits.clear();
         let plan = crate::rewrite::Plan {
             status: 503,
@@ -253,6 +271,6 @@ mod tests {
             degraded: false,
         };
         m.record_rewrite(&plan, &mut |id| hits.push(id));
-        assert_eq!(hits, vec![101 + 54, 101 + 56, 101 + 59]);
+        assert_eq!(hits, vec![101 + 62, 101 + 64, 101 + 67]);
     }
 }

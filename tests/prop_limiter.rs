@@ -501,6 +501,9 @@ proptest! {
                     prop_assert!(rej.retry_after_s <= max_s + jitter_s);
                     prop_assert!(rej.limit == 0 || (rej.limit == 1 && is_api));
                 }
+                Decision::Malformed { .. } | Decision::ShadowMalformed { .. } => {
+                    return Err(TestCaseError::fail("malformed without a key header"));
+                }
             }
             // Store faults are counted on every charged request, and only then.
             if !exempt {

@@ -8,6 +8,7 @@
 //! refills while a test runs and every count is exact.
 
 use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
 
 use crawlguard_integration::{
     client, get, sequential, Envoy, EnvoyOpts, Reply, UA_CHROME, UA_CURL,
@@ -31,6 +32,21 @@ fn per_ip(name: &str, rate_per_s: f64, burst: u32) -> Value {
 /// How many lines of Envoy's log contain `needle`.
 fn log_count(envoy: &Envoy, needle: &str) -> usize {
     envoy.log().lines().filter(|l| l.contains(needle)).count()
+}
+
+/// Waits (20 s at most: Envoy flushes its access log about every 10 s) until a line of
+/// Envoy's log contains every one of `parts`; panics with the log otherwise.
+async fn wait_for_log_line(envoy: &Envoy, parts: &[&str]) {
+    let found = |log: &str| log.lines().any(|l| parts.iter().all(|p| l.contains(p)));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !found(&envoy.log()) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        found(&envoy.log()),
+        "no log line with {parts:?}:\n{}",
+        envoy.log()
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -206,4 +222,127 @@ async fn a_retry_after_max_below_the_refill_interval_is_warned_about_at_load() {
     let r = sequential(&client(ip(4)), &envoy.url("/"), UA_CURL, 3).await;
     assert_eq!(statuses(&r), [200, 429, 429]);
     assert_eq!(r[1].header("retry-after"), Some("30"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 8: key-header padding
+// ---------------------------------------------------------------------------------------
+
+const MALFORMED_BODY: &str = "400 Bad Request: too many values in a rate-limit key header\n";
+
+/// `n` fresh key values, comma-separated on one line.
+fn fresh_keys(n: usize) -> String {
+    (0..n)
+        .map(|i| format!("fresh-{i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn key_limit() -> Value {
+    json!({"name": "per_key", "class": "*", "route": "*", "rate_per_s": 0.001, "burst": 2,
+           "key": "header:x-api-key"})
+}
+
+/// An exhausted key sent with more than 16 (MAX_KEY_VALUES) fresh values used to escape its
+/// bucket (the request only charged one shared overflow bucket). Now such a request is
+/// rejected as malformed (400, no Retry-After); with at most 16 values every one is charged.
+#[tokio::test]
+async fn an_exhausted_key_padded_with_17_fresh_values_is_rejected_as_malformed() {
+    let envoy = Envoy::start(EnvoyOpts::with_config(json!({
+        "verifier": {"enabled": false},
+        "limits": [key_limit()]
+    })))
+    .await;
+    let c = client(ip(5));
+    let url = envoy.url("/");
+    let real = [("x-api-key", "real-key")];
+    let r: Vec<u16> = [
+        get(&c, &url, UA_CHROME, &real).await.status,
+        get(&c, &url, UA_CHROME, &real).await.status,
+        get(&c, &url, UA_CHROME, &real).await.status,
+    ]
+    .to_vec();
+    assert_eq!(r, [200, 200, 429]);
+
+    // The exhausted key + 17 fresh values (18 distinct, over 16): rejected as malformed.
+    let padded17 = fresh_keys(17);
+    let padded = [("x-api-key", "real-key"), ("x-api-key", padded17.as_str())];
+    let r = get(&c, &url, UA_CHROME, &padded).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    // No retry-after. Envoy closes an HTTP/1.1 connection after any local 400 (it cannot
+    // be sure of the stream any more), hence `connection: close`.
+    assert_eq!(
+        r.header_names(),
+        [
+            "cache-control",
+            "connection",
+            "content-length",
+            "content-type",
+            "date",
+            "server"
+        ]
+    );
+    assert_eq!(r.header("connection"), Some("close"));
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+    assert_eq!(r.body, MALFORMED_BODY);
+    assert_eq!(r.upstream_class(), None, "must not reach upstream");
+
+    // 17 fresh values alone are just as malformed.
+    let only17 = [("x-api-key", padded17.as_str())];
+    assert_eq!(get(&c, &url, UA_CHROME, &only17).await.status, 400);
+
+    // The exhausted key + 15 fresh values (16 distinct): every key is charged, so the
+    // exhausted one rejects the request, and the fresh ones keep their tokens.
+    let padded15 = fresh_keys(15);
+    let fifteen = [("x-api-key", "real-key"), ("x-api-key", padded15.as_str())];
+    let r = get(&c, &url, UA_CHROME, &fifteen).await;
+    assert_eq!(r.status, 429);
+    assert!(r.header("retry-after").is_some());
+    let f0 = [("x-api-key", "fresh-0")];
+    let r: Vec<u16> = [
+        get(&c, &url, UA_CHROME, &f0).await.status,
+        get(&c, &url, UA_CHROME, &f0).await.status,
+        get(&c, &url, UA_CHROME, &f0).await.status,
+    ]
+    .to_vec();
+    assert_eq!(r, [200, 200, 429]);
+
+    let s = envoy.crawlguard_stats().await;
+    assert_eq!(s["crawlguard.class.human.malformed"], 2);
+    assert_eq!(s["crawlguard.class.human.limited"], 3);
+    assert_eq!(s["crawlguard.class.human.allowed"], 4);
+    assert_eq!(s["crawlguard.route.default.limited"], 3);
+    wait_for_log_line(
+        &envoy,
+        &["\"GET /\" 400 crawlguard_malformed_key class=human"],
+    )
+    .await;
+}
+
+/// In shadow mode a malformed key is counted (`malformed`) and the request forwarded.
+#[tokio::test]
+async fn shadow_mode_counts_a_malformed_key_and_forwards_it() {
+    let envoy = Envoy::start(EnvoyOpts::with_config(json!({
+        "mode": "shadow",
+        "verifier": {"enabled": false},
+        "limits": [key_limit()]
+    })))
+    .await;
+    let c = client(ip(6));
+    let padded17 = fresh_keys(17);
+    let r = get(
+        &c,
+        &envoy.url("/"),
+        UA_CHROME,
+        &[("x-api-key", "real-key"), ("x-api-key", padded17.as_str())],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.upstream_class(), Some("human"));
+    let s = envoy.crawlguard_stats().await;
+    assert_eq!(s["crawlguard.class.human.malformed"], 1);
+    assert_eq!(s["crawlguard.class.human.allowed"], 0);
+    assert_eq!(s["crawlguard.class.human.shadow_limited"], 0);
+    assert_eq!(s["crawlguard.class.human.limited"], 0);
 }
