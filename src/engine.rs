@@ -134,6 +134,11 @@ impl Limiter {
 
     fn fingerprint(&self, limit_name: &str, key: &KeyPart<'_>) -> u64 {
         let mut h = self.hasher.build_hasher();
+        // The slot count is part of a bucket's identity: with another `store.slots` every
+        // key gets a new fingerprint, so every bucket starts full again, as the load log
+        // says (`store::record_shape`); otherwise a key whose slot happened not to move
+        // would keep its old state and the others would not.
+        self.table.len().hash(&mut h);
         limit_name.hash(&mut h);
         key.hash(&mut h);
         h.finish()
@@ -629,6 +634,33 @@ mod tests {
             count_allowed(&cfg, &mut lim, &store, &a, Class::Human, 3),
             2
         );
+    }
+
+    #[test]
+    fn another_slot_count_or_seed_starts_every_bucket_full_again() {
+        let doc = |slots: u32, seed: u64| {
+            format!(
+                r#"{{"store":{{"slots":{slots},"hash_seed":{seed}}},"limits":[{{"name":"ip","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"client_ip"}}]}}"#
+            )
+        };
+        let store = MemStore::default();
+        let clients: Vec<String> = (1..=20).map(|i| format!("10.0.0.{i}:1")).collect();
+        let run = |json: &str, n: usize| -> Vec<usize> {
+            let cfg = config::parse(json.as_bytes()).expect("valid config");
+            let mut lim = Limiter::new(&cfg);
+            assert!(lim.table().precreate(&store).is_ok());
+            clients
+                .iter()
+                .map(|c| count_allowed(&cfg, &mut lim, &store, &req("/", c), Class::Human, n))
+                .collect()
+        };
+        // Same shared store throughout, as across configurations of one Envoy.
+        assert_eq!(run(&doc(64, 1), 3), vec![2; 20]);
+        // Same shape, new Limiter (a configuration push): every bucket is kept.
+        assert_eq!(run(&doc(64, 1), 3), vec![0; 20]);
+        // 64 -> 128 slots (half the keys' first slot would not move): all start full.
+        assert_eq!(run(&doc(128, 1), 3), vec![2; 20]);
+        assert_eq!(run(&doc(128, 2), 3), vec![2; 20]);
     }
 
     #[test]

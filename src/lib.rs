@@ -29,6 +29,7 @@ mod root {
     use crate::filter::{Filter, Shared};
     use crate::host::{self, HostStore};
     use crate::metrics::Metrics;
+    use crate::store::{self, StoreShape};
     use crate::verify::VerdictCache;
     use proxy_wasm::hostcalls;
     use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -64,6 +65,13 @@ mod root {
             };
             for w in &cfg.warnings {
                 log::warn!("configuration warning: {w}");
+            }
+            let shape = StoreShape {
+                slots: cfg.store.slots,
+                hash_seed: cfg.store.hash_seed,
+            };
+            if let Some(change) = store::record_shape(&HostStore, shape) {
+                log::warn!("{change}");
             }
             let limiter = Limiter::new(&cfg);
             let verdicts = VerdictCache::new(cfg.verifier.cache_slots);

@@ -157,6 +157,88 @@ pub fn precreate_keys(
     Ok(created)
 }
 
+/// Shared-data key recording the [`StoreShape`] in force, so that a new configuration can
+/// tell that it moves every bucket.
+pub const META_KEY: &str = "cg:store:meta";
+/// Meta encoding version byte.
+const META_VERSION: u8 = 1;
+
+/// The store settings that decide where a key's bucket is: change either and every key has
+/// a new fingerprint and slot, so every bucket starts full again (keys are hashed, so state
+/// cannot be carried over).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreShape {
+    /// `store.slots`.
+    pub slots: u32,
+    /// `store.hash_seed`.
+    pub hash_seed: u64,
+}
+
+impl StoreShape {
+    /// Version (1) + slots (4) + hash_seed (8), little-endian.
+    fn encode(&self) -> [u8; 13] {
+        let mut out = [0u8; 13];
+        let (v, rest) = out.split_at_mut(1);
+        let (slots, seed) = rest.split_at_mut(4);
+        v.copy_from_slice(&[META_VERSION]);
+        slots.copy_from_slice(&self.slots.to_le_bytes());
+        seed.copy_from_slice(&self.hash_seed.to_le_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<StoreShape> {
+        let arr: &[u8; 13] = bytes.try_into().ok()?;
+        let (v, rest) = arr.split_first()?;
+        if *v != META_VERSION {
+            return None;
+        }
+        Some(StoreShape {
+            slots: u32::from_le_bytes(rest.get(0..4)?.try_into().ok()?),
+            hash_seed: u64::from_le_bytes(rest.get(4..12)?.try_into().ok()?),
+        })
+    }
+
+    /// What changed from `old` to `self`, as one log line; `None` if nothing did. The seed's
+    /// values are not printed: it is meant to stay secret so collisions cannot be planned.
+    pub fn change_from(&self, old: &StoreShape) -> Option<String> {
+        let slots = (old.slots != self.slots)
+            .then(|| format!("store.slots changed {} -> {}", old.slots, self.slots));
+        let seed = (old.hash_seed != self.hash_seed).then_some("store.hash_seed changed");
+        let what = match (slots, seed) {
+            (Some(a), Some(b)) => format!("{a} and {b}"),
+            (Some(a), None) => a,
+            (None, Some(b)) => b.to_string(),
+            (None, None) => return None,
+        };
+        Some(format!("{what}: every rate-limit bucket starts full again"))
+    }
+}
+
+/// Records `shape` in shared data as the one in force (at `on_configure`) and returns what
+/// changed since the shape the previous configuration recorded (shared data outlives
+/// configurations while the `vm_id` stays the same). `None` on a first start, when nothing
+/// changed, or when another VM of the same configuration recorded it first (CAS), so each
+/// change is reported once; also `None` on a store error (best effort, never fatal) or an
+/// unreadable record (it is overwritten).
+pub fn record_shape(store: &dyn SharedData, shape: StoreShape) -> Option<String> {
+    for _ in 0..8 {
+        let (old, cas) = match store.get(META_KEY) {
+            Ok(Some((bytes, cas))) => (StoreShape::decode(&bytes), cas),
+            Ok(None) => (None, 0),
+            Err(_) => return None,
+        };
+        if old == Some(shape) {
+            return None;
+        }
+        match store.set(META_KEY, &shape.encode(), cas) {
+            Ok(()) => return old.and_then(|o| shape.change_from(&o)),
+            Err(StoreError::CasMismatch) => continue,
+            Err(StoreError::Host(_)) => return None,
+        }
+    }
+    None
+}
+
 /// Why a charge did not use the shared store (each is counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fallback {
@@ -830,6 +912,41 @@ mod tests {
         refund(&table, &store, &mut local, 2, &c, rate);
         assert!(allowed(&charge(&table, &store, &mut local, 3, T0, rate)));
         assert!(!allowed(&charge(&table, &store, &mut local, 2, T0, rate)));
+    }
+
+    #[test]
+    fn a_new_store_shape_is_reported_once_with_what_changed() {
+        let store = MemStore::default();
+        let shape = |slots, hash_seed| StoreShape { slots, hash_seed };
+        // First start: recorded, nothing to report; the same again: nothing.
+        assert_eq!(record_shape(&store, shape(16_384, 7)), None);
+        assert_eq!(record_shape(&store, shape(16_384, 7)), None);
+        assert_eq!(
+            record_shape(&store, shape(65_536, 7)).as_deref(),
+            Some("store.slots changed 16384 -> 65536: every rate-limit bucket starts full again")
+        );
+        // The other VMs of the same configuration see it recorded: reported once.
+        assert_eq!(record_shape(&store, shape(65_536, 7)), None);
+        assert_eq!(
+            record_shape(&store, shape(65_536, 8)).as_deref(),
+            Some("store.hash_seed changed: every rate-limit bucket starts full again")
+        );
+        assert_eq!(
+            record_shape(&store, shape(64, 9)).as_deref(),
+            Some(
+                "store.slots changed 65536 -> 64 and store.hash_seed changed: every rate-limit \
+                 bucket starts full again"
+            )
+        );
+        // An unreadable record is overwritten without a report; a store error is silent.
+        store.poke(META_KEY, b"garbage");
+        assert_eq!(record_shape(&store, shape(128, 9)), None);
+        assert_eq!(
+            record_shape(&store, shape(64, 9)).as_deref(),
+            Some("store.slots changed 128 -> 64: every rate-limit bucket starts full again")
+        );
+        store.fault.set(Fault::Error);
+        assert_eq!(record_shape(&store, shape(1, 1)), None);
     }
 
     #[test]

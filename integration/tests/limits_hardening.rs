@@ -346,3 +346,83 @@ async fn shadow_mode_counts_a_malformed_key_and_forwards_it() {
     assert_eq!(s["crawlguard.class.human.shadow_limited"], 0);
     assert_eq!(s["crawlguard.class.human.limited"], 0);
 }
+
+// ---------------------------------------------------------------------------------------
+// Item 9: a store reshape resets every bucket, and says so
+// ---------------------------------------------------------------------------------------
+
+/// The configuration pushed in `store_change_resets_every_bucket_and_says_so`.
+fn store_config(slots: u32, hash_seed: u64, ratelimit_headers: bool) -> Value {
+    json!({
+        "verifier": {"enabled": false},
+        "ratelimit_headers": ratelimit_headers,
+        "store": {"slots": slots, "hash_seed": hash_seed},
+        "limits": [per_ip("per_ip", 0.001, 2)]
+    })
+}
+
+/// Each of five clients sends three requests; their statuses.
+async fn five_clients(envoy: &Envoy) -> Vec<Vec<u16>> {
+    let mut out = Vec::new();
+    for last in 20..25 {
+        out.push(statuses(
+            &sequential(&client(ip(last)), &envoy.url("/"), UA_CHROME, 3).await,
+        ));
+    }
+    out
+}
+
+const SLOTS_CHANGED: &str =
+    "store.slots changed 64 -> 128: every rate-limit bucket starts full again";
+const SEED_CHANGED: &str = "store.hash_seed changed: every rate-limit bucket starts full again";
+
+/// Buckets live in shared data under hashed keys, so a configuration that changes
+/// `store.slots` or `store.hash_seed` cannot carry them over: every bucket starts full
+/// again, and the load logs it once, at warn level. Any other change keeps the buckets.
+/// Configurations are pushed to the running Envoy over LDS (a watched file).
+#[tokio::test]
+async fn store_change_resets_every_bucket_and_says_so() {
+    let envoy = Envoy::start(EnvoyOpts::with_config(store_config(64, 1, false)).lds()).await;
+    let fresh = vec![vec![200, 200, 429]; 5];
+    let exhausted = vec![vec![429, 429, 429]; 5];
+    assert_eq!(five_clients(&envoy).await, fresh);
+
+    // Another field changes: the buckets are kept, nothing about the store is logged.
+    envoy
+        .push_filter_config(store_config(64, 1, true))
+        .await
+        .expect("config with ratelimit headers accepted");
+    assert_eq!(five_clients(&envoy).await, exhausted);
+    assert_eq!(log_count(&envoy, "every rate-limit bucket starts full"), 0);
+
+    // store.slots changes: every bucket starts full again, said once.
+    envoy
+        .push_filter_config(store_config(128, 1, true))
+        .await
+        .expect("config with 128 slots accepted");
+    let after_slots = five_clients(&envoy).await;
+    let log = envoy.log();
+    assert_eq!(
+        log.lines().filter(|l| l.contains(SLOTS_CHANGED)).count(),
+        1,
+        "`{SLOTS_CHANGED}` once; statuses after the change {after_slots:?}; log:\n{log}"
+    );
+    assert!(log
+        .lines()
+        .any(|l| l.contains(SLOTS_CHANGED) && l.contains("][warning][")));
+    assert_eq!(after_slots, fresh);
+
+    // store.hash_seed changes (its values are not logged: the seed is a secret).
+    envoy
+        .push_filter_config(store_config(128, 2, true))
+        .await
+        .expect("config with another seed accepted");
+    let after_seed = five_clients(&envoy).await;
+    assert_eq!(
+        log_count(&envoy, SEED_CHANGED),
+        1,
+        "statuses after the change {after_seed:?}"
+    );
+    assert_eq!(after_seed, fresh);
+    assert_eq!(log_count(&envoy, "every rate-limit bucket starts full"), 2);
+}
