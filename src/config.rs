@@ -5,7 +5,7 @@
 //! of a non-empty document is optional and takes the same default. Unknown fields are errors.
 //! Every error names the field path and the reason, e.g. `limits[2].rate_per_s: must be > 0`.
 
-use crate::bucket::Rate;
+use crate::bucket::{Rate, NS_PER_S};
 use crate::classify::{builtin_catalog, BotEntry, Class, Classifier};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
@@ -16,6 +16,15 @@ pub const DEFAULT_CONFIG_JSON: &str = include_str!("../envoy/crawlguard.default.
 
 /// Name of the implicit route that matches every path no configured route matches.
 pub const DEFAULT_ROUTE: &str = "default";
+
+/// Longest time an empty bucket may take to refill, `burst / rate_per_s`, in seconds: one
+/// year (365 days). Bucket times are u64 nanoseconds since the Unix epoch, which end in the
+/// year 2554, and a bucket's state reaches at most `now + burst / rate_per_s`; one year keeps
+/// every valid limit more than five centuries clear of that end (a longer window means
+/// nothing to a rate limiter, and its RateLimit-Policy `w` would be absurd). Without a bound a
+/// tiny rate (`1e-10`/s) pushed the times past u64, where the math used to saturate into
+/// "allow" (the bucket now refuses what it cannot store; validation keeps configs away).
+pub const MAX_REFILL_S: f64 = 31_536_000.0;
 
 /// A configuration error: the field path (`limits[2].rate_per_s`, or `<root>`) and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -310,6 +319,9 @@ pub struct Config {
     /// Lowercase response header the origin sets on degraded pages; such a 200 becomes a 503
     /// for crawler classes (soft-404 guard). `None` = off.
     pub degraded: Option<String>,
+    /// Things that are valid but probably not meant, one line each starting with the field
+    /// path (`limits[0].rate_per_s: ...`); `on_configure` logs each at warn level.
+    pub warnings: Vec<String>,
 }
 
 impl Config {
@@ -733,6 +745,16 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         if !(1..=1_000_000).contains(&l.burst) {
             return Err(err(format!("{p}.burst"), "must be 1..=1000000"));
         }
+        let refill_s = f64::from(l.burst) / l.rate_per_s;
+        if refill_s > MAX_REFILL_S {
+            return Err(err(
+                format!("{p}.rate_per_s"),
+                format!(
+                    "burst / rate_per_s must be <= {MAX_REFILL_S} s (one year), is {} s",
+                    refill_s.ceil()
+                ),
+            ));
+        }
         let key = match l.key.as_str() {
             "client_ip" => KeyKind::ClientIp,
             "global" => KeyKind::Global,
@@ -756,6 +778,8 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
             key,
         });
     }
+
+    let warnings = retry_after_warnings(&limits, &classes);
 
     // exempt paths
     let exempt_paths = raw.exempt_paths.unwrap_or_else(default_exempt_paths);
@@ -845,7 +869,36 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         verifier: raw.verifier,
         rewrite: raw.rewrite,
         degraded,
+        warnings,
     })
+}
+
+/// One warning per (limit, class it applies to) whose refill interval, `1 / rate_per_s`, is
+/// longer than the class's `retry_after.max_s`: a client that waits the clamped Retry-After
+/// comes back before a token has, and is rejected again. The clamp is the operator's choice
+/// and stays; the warning says what it costs. A limit of class `*` is checked against every
+/// class.
+fn retry_after_warnings(limits: &[Limit], classes: &[ClassPolicy; 8]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, l) in limits.iter().enumerate() {
+        for (class, policy) in Class::ALL.iter().zip(classes) {
+            if l.class.is_some_and(|c| c != *class) {
+                continue;
+            }
+            let max_s = policy.retry_after.max_s;
+            if u128::from(l.rate.emission_ns) > u128::from(max_s) * u128::from(NS_PER_S) {
+                out.push(format!(
+                    "limits[{i}].rate_per_s: limit {:?} refills one token every {} s \
+                     (1 / rate_per_s), longer than classes.{class}.retry_after.max_s ({max_s} s): \
+                     a client of class {class} that waits Retry-After can be rejected again",
+                    l.name,
+                    l.rate.emission_ns as f64 / NS_PER_S as f64,
+                    class = class.as_str(),
+                ));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -930,6 +983,12 @@ mod tests {
         );
         assert_eq!(
             parse_err(
+                r#"{"limits":[{"name":"a","class":"*","route":"*","rate_per_s":1e-10,"burst":5,"key":"client_ip"}]}"#
+            ),
+            "limits[0].rate_per_s: burst / rate_per_s must be <= 31536000 s (one year), is 50000000000 s"
+        );
+        assert_eq!(
+            parse_err(
                 r#"{"limits":[{"name":"a","class":"*","route":"*","rate_per_s":1,"burst":1,"key":"cookie"}]}"#
             ),
             r#"limits[0].key: "cookie": expected "client_ip", "global" or "header:<name>""#
@@ -992,6 +1051,61 @@ mod tests {
         assert_eq!(
             parse_err(r#"{"routes":[{"name":"api","path_prefix":"api"}]}"#),
             "routes[0].path_prefix: must start with '/'"
+        );
+    }
+
+    #[test]
+    fn a_refill_slower_than_the_retry_after_max_is_warned_about() {
+        let c = parse(
+            br#"{"classes":{"script":{"retry_after":{"max_s":30}}},"limits":[
+                {"name":"slow_scripts","class":"script","route":"*","rate_per_s":0.01,"burst":1,"key":"client_ip"},
+                {"name":"all_slow","class":"*","route":"*","rate_per_s":0.02,"burst":3,"key":"client_ip"},
+                {"name":"at_max","class":"script","route":"*","rate_per_s":0.03333333333333333,"burst":1,"key":"global"}]}"#,
+        )
+        .expect("valid: warnings do not refuse a configuration");
+        assert_eq!(
+            c.warnings,
+            [
+                "limits[0].rate_per_s: limit \"slow_scripts\" refills one token every 100 s \
+                 (1 / rate_per_s), longer than classes.script.retry_after.max_s (30 s): a client \
+                 of class script that waits Retry-After can be rejected again",
+                "limits[1].rate_per_s: limit \"all_slow\" refills one token every 50 s \
+                 (1 / rate_per_s), longer than classes.ai_retriever.retry_after.max_s (30 s): a \
+                 client of class ai_retriever that waits Retry-After can be rejected again",
+                "limits[1].rate_per_s: limit \"all_slow\" refills one token every 50 s \
+                 (1 / rate_per_s), longer than classes.script.retry_after.max_s (30 s): a \
+                 client of class script that waits Retry-After can be rejected again",
+            ]
+        );
+        // The clamp itself is unchanged.
+        assert_eq!(c.policy(Class::Script).retry_after.max_s, 30);
+        // The defaults (and a limit refilling exactly at max_s, limits[2]) warn about nothing.
+        assert_eq!(parse(b"").expect("default").warnings, Vec::<String>::new());
+        assert_eq!(parse(b"{}").expect("{}").warnings, Vec::<String>::new());
+    }
+
+    #[test]
+    fn refill_time_is_bounded_by_one_year() {
+        let doc = |rate: &str, burst: u32| {
+            format!(
+                r#"{{"limits":[{{"name":"a","class":"*","route":"*","rate_per_s":{rate},"burst":{burst},"key":"global"}}]}}"#
+            )
+        };
+        // Exactly one year: 31536 / 0.001 and 1 / (1 / 31536000) are both 31536000.0.
+        assert!(parse(doc("0.001", 31_536).as_bytes()).is_ok());
+        assert!(parse(doc(&(1.0 / MAX_REFILL_S).to_string(), 1).as_bytes()).is_ok());
+        assert_eq!(
+            parse_err(&doc("0.001", 31_537)),
+            "limits[0].rate_per_s: burst / rate_per_s must be <= 31536000 s (one year), is 31537000 s"
+        );
+        assert_eq!(
+            parse_err(&doc("1e-9", 20)),
+            "limits[0].rate_per_s: burst / rate_per_s must be <= 31536000 s (one year), is 20000000000 s"
+        );
+        // The smallest rate any burst allows is 1 token a year.
+        assert_eq!(
+            parse_err(&doc("3e-8", 1)),
+            "limits[0].rate_per_s: burst / rate_per_s must be <= 31536000 s (one year), is 33333334 s"
         );
     }
 

@@ -49,6 +49,17 @@ pub enum Decision {
     Limited(Reject),
     /// Over a limit in shadow mode: counted, sent upstream anyway.
     ShadowLimited(Reject),
+    /// A `header:<name>` key of limit `limit` (index in [`Config::limits`]) named more than
+    /// [`MAX_KEY_VALUES`] distinct values: answered with a 400, no token taken.
+    Malformed {
+        /// Index of the limit in [`Config::limits`].
+        limit: usize,
+    },
+    /// The same in shadow mode: counted, sent upstream anyway.
+    ShadowMalformed {
+        /// Index of the limit in [`Config::limits`].
+        limit: usize,
+    },
 }
 
 /// Store trouble met while deciding (each is counted; none fails the request).
@@ -132,6 +143,11 @@ impl Limiter {
 
     fn fingerprint(&self, limit_name: &str, key: &KeyPart<'_>) -> u64 {
         let mut h = self.hasher.build_hasher();
+        // The slot count is part of a bucket's identity: with another `store.slots` every
+        // key gets a new fingerprint, so every bucket starts full again, as the load log
+        // says (`store::record_shape`); otherwise a key whose slot happened not to move
+        // would keep its old state and the others would not.
+        self.table.len().hash(&mut h);
         limit_name.hash(&mut h);
         key.hash(&mut h);
         h.finish()
@@ -145,24 +161,28 @@ enum KeyPart<'a> {
     Global,
     /// One value of the key header; `None` = absent or blank.
     Header(Option<&'a [u8]>),
-    /// More than [`MAX_KEY_VALUES`] distinct values: one shared bucket for all such requests.
-    TooManyValues,
 }
 
-/// Most distinct values of a key header charged per request. A request listing more shares
-/// one bucket with every other such request, so padding cannot hide a key.
+/// Most distinct values of a key header a request may name; each is charged. A request
+/// naming more is rejected as malformed ([`Decision::Malformed`]): it must charge every key
+/// it names or be rejected, so padding cannot hide an exhausted key among fresh ones.
 pub const MAX_KEY_VALUES: usize = 16;
 
 /// The distinct values of a key header: every line, split on commas (RFC 9110 section 5.3
 /// list syntax), trimmed, blanks dropped, in first-seen order. A request that repeats the
 /// header (or lists several values) is charged once per distinct value, so a client cannot
-/// slip an exhausted key past the limit behind a fresh one.
+/// slip an exhausted key past the limit behind a fresh one. Collecting stops at
+/// `MAX_KEY_VALUES + 1` values (enough to know the request is malformed), so a huge list
+/// costs no more than that many comparisons per part.
 pub fn key_values(lines: &[Vec<u8>]) -> Vec<&[u8]> {
     let mut out: Vec<&[u8]> = Vec::new();
     for part in lines.iter().flat_map(|l| l.split(|b| *b == b',')) {
         let v = part.trim_ascii();
         if !v.is_empty() && !out.contains(&v) {
             out.push(v);
+            if out.len() > MAX_KEY_VALUES {
+                break;
+            }
         }
     }
     out
@@ -179,6 +199,8 @@ pub fn path_only(path: &[u8]) -> &[u8] {
 
 /// Decides `req` of class `class` at `now_ns`: exempt, else charges every matching limit in
 /// order; if one is empty, refunds the ones already charged and rejects (or shadow-rejects).
+/// A key header naming more than [`MAX_KEY_VALUES`] values makes the request malformed, with
+/// the same refund.
 /// `random` feeds the Retry-After jitter; it is called only on a rejection (it may be a host
 /// call).
 pub fn decide(
@@ -227,13 +249,20 @@ pub fn decide(
             KeyKind::Header(name) => {
                 header_lines = (req.header)(name);
                 let values = key_values(&header_lines);
-                header_keys = match values.len() {
-                    0 => vec![KeyPart::Header(None)],
-                    n if n > MAX_KEY_VALUES => vec![KeyPart::TooManyValues],
-                    _ => values
+                if values.len() > MAX_KEY_VALUES {
+                    decision = match cfg.mode {
+                        Mode::Enforce => Decision::Malformed { limit: i },
+                        Mode::Shadow => Decision::ShadowMalformed { limit: i },
+                    };
+                    break;
+                }
+                header_keys = if values.is_empty() {
+                    vec![KeyPart::Header(None)]
+                } else {
+                    values
                         .into_iter()
                         .map(|v| KeyPart::Header(Some(v)))
-                        .collect(),
+                        .collect()
                 };
                 &header_keys
             }
@@ -535,18 +564,112 @@ mod tests {
             count_allowed(&cfg, &mut lim, &store, &rb, Class::Human, 2),
             0
         );
-        // Padding past MAX_KEY_VALUES lands in one shared bucket (burst 2), not a fresh one.
-        let many: &'static [&'static [u8]] = Box::leak(
-            (0..=MAX_KEY_VALUES)
-                .map(|i| &*Box::leak(format!("k{i}").into_bytes().into_boxed_slice()))
-                .collect::<Vec<&'static [u8]>>()
-                .into_boxed_slice(),
-        );
-        let rm = mk(Box::leak(Box::new(lines(many))));
+    }
+
+    /// `n` distinct key values `k0`..`k<n-1>`, one per line, after `first`.
+    fn many_values(first: &'static [u8], n: usize) -> Request<'static> {
+        let mut v: Vec<Vec<u8>> = vec![first.to_vec()];
+        v.extend((0..n).map(|i| format!("k{i}").into_bytes()));
+        let h = move |name: &str| {
+            if name == "x-api-key" {
+                v.clone()
+            } else {
+                vec![]
+            }
+        };
+        Request {
+            path: b"/",
+            remote_address: Some(b"1.1.1.1:1"),
+            xff: None,
+            header: Box::leak(Box::new(h)),
+        }
+    }
+
+    #[test]
+    fn more_than_max_key_values_is_malformed_and_charges_nothing() {
+        const LIMITS: &str = r#""limits":[
+            {"name":"ip","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"client_ip"},
+            {"name":"k","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"header:x-api-key"}]"#;
+        let (cfg, mut lim, store) = setup(&format!("{{{LIMITS}}}"));
+        // One request with key "a": the per-IP bucket and "a" have one token left each.
+        let a = many_values(b"a", 0);
         assert_eq!(
-            count_allowed(&cfg, &mut lim, &store, &rm, Class::Human, 5),
+            count_allowed(&cfg, &mut lim, &store, &a, Class::Human, 1),
+            1
+        );
+        // "a" + 16 fresh values = 17 distinct: malformed, whatever the buckets hold.
+        let padded = many_values(b"a", MAX_KEY_VALUES);
+        for _ in 0..3 {
+            assert_eq!(
+                decide(&cfg, &mut lim, &store, &padded, Class::Human, T0, &mut || 0).decision,
+                Decision::Malformed { limit: 1 }
+            );
+        }
+        // The per-IP token charged before the key limit was refunded each time: one left
+        // for "a" (which then has one token of its own left), none after.
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &a, Class::Human, 3),
+            1
+        );
+        // Exactly 16 distinct values ("a", "k0".."k14"): every one is charged.
+        let (cfg, mut lim, store) = setup(
+            r#"{"limits":[{"name":"k","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"header:x-api-key"}]}"#,
+        );
+        let sixteen = many_values(b"a", MAX_KEY_VALUES - 1);
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &sixteen, Class::Human, 3),
             2
         );
+        let k14 = many_values(b"k14", 0);
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &k14, Class::Human, 1),
+            0,
+            "the last of the 16 values was charged by both requests"
+        );
+        let k15 = many_values(b"k15", 0);
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &k15, Class::Human, 3),
+            2
+        );
+        // Shadow mode: counted as malformed, never rejected, nothing charged.
+        let (cfg, mut lim, store) = setup(&format!("{{\"mode\":\"shadow\",{LIMITS}}}"));
+        for _ in 0..3 {
+            assert_eq!(
+                decide(&cfg, &mut lim, &store, &padded, Class::Human, T0, &mut || 0).decision,
+                Decision::ShadowMalformed { limit: 1 }
+            );
+        }
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &a, Class::Human, 3),
+            2
+        );
+    }
+
+    #[test]
+    fn another_slot_count_or_seed_starts_every_bucket_full_again() {
+        let doc = |slots: u32, seed: u64| {
+            format!(
+                r#"{{"store":{{"slots":{slots},"hash_seed":{seed}}},"limits":[{{"name":"ip","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"client_ip"}}]}}"#
+            )
+        };
+        let store = MemStore::default();
+        let clients: Vec<String> = (1..=20).map(|i| format!("10.0.0.{i}:1")).collect();
+        let run = |json: &str, n: usize| -> Vec<usize> {
+            let cfg = config::parse(json.as_bytes()).expect("valid config");
+            let mut lim = Limiter::new(&cfg);
+            assert!(lim.table().precreate(&store).is_ok());
+            clients
+                .iter()
+                .map(|c| count_allowed(&cfg, &mut lim, &store, &req("/", c), Class::Human, n))
+                .collect()
+        };
+        // Same shared store throughout, as across configurations of one Envoy.
+        assert_eq!(run(&doc(64, 1), 3), vec![2; 20]);
+        // Same shape, new Limiter (a configuration push): every bucket is kept.
+        assert_eq!(run(&doc(64, 1), 3), vec![0; 20]);
+        // 64 -> 128 slots (half the keys' first slot would not move): all start full.
+        assert_eq!(run(&doc(128, 1), 3), vec![2; 20]);
+        assert_eq!(run(&doc(128, 2), 3), vec![2; 20]);
     }
 
     #[test]
@@ -555,6 +678,12 @@ mod tests {
         assert_eq!(key_values(&lines), vec![&b"a"[..], b"b", b"c"]);
         assert!(key_values(&[]).is_empty());
         assert!(key_values(&[b" , ".to_vec()]).is_empty());
+        // Collection stops one past the maximum.
+        let huge: Vec<u8> = (0..10_000)
+            .map(|i| format!("v{i},"))
+            .collect::<String>()
+            .into_bytes();
+        assert_eq!(key_values(&[huge]).len(), MAX_KEY_VALUES + 1);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use crate::config;
 use crate::metrics::Metrics;
 use crate::request::{RequestState, Step};
+use crate::store::{self, StoreShape};
 use crate::verification::MAX_VERIFIER_BODY;
 use crate::wasm_host::{self, HostStore, WasmHost};
 use crate::worker::Worker;
@@ -59,6 +60,16 @@ impl RootContext for Root {
                 return false;
             }
         };
+        for w in &cfg.warnings {
+            log::warn!("configuration warning: {w}");
+        }
+        let shape = StoreShape {
+            slots: cfg.store.slots,
+            hash_seed: cfg.store.hash_seed,
+        };
+        if let Some(change) = store::record_shape(&HostStore, shape) {
+            log::warn!("{change}");
+        }
         // A reconfiguration replaces the worker: release what the old one still holds.
         if let Some(old) = self.worker.take() {
             old.on_root_done(&mut self.host);

@@ -2,7 +2,9 @@
 //!
 //! Counters, in the voice of Envoy's `local_ratelimit` (Envoy shows wasm metrics under the
 //! `wasmcustom.` prefix in `/stats`):
-//! - `crawlguard.class.<class>.<decision>`, decision in [`DECISIONS`];
+//! - `crawlguard.class.<class>.<decision>`, decision in [`DECISIONS`] (`fail_open`: decided
+//!   by the per-worker fallback bucket; `malformed`: a key header naming too many values,
+//!   rejected with 400, or forwarded in shadow mode);
 //! - `crawlguard.exempt`: exempt paths (decided before any classification);
 //! - `crawlguard.route.<route>.limited` (enforced and shadow);
 //! - `crawlguard.store.<event>`, event in [`STORE_EVENTS`]: shared-store trouble, each of
@@ -18,7 +20,13 @@ use crate::config::Config;
 use crate::engine::{Decision, Outcome};
 
 /// Decisions counted per class.
-pub const DECISIONS: [&str; 4] = ["allowed", "limited", "shadow_limited", "fail_open"];
+pub const DECISIONS: [&str; 5] = [
+    "allowed",
+    "limited",
+    "shadow_limited",
+    "fail_open",
+    "malformed",
+];
 
 /// Store event counter suffixes.
 pub const STORE_EVENTS: [&str; 4] = ["error", "cas_exhausted", "collision", "corrupt"];
@@ -97,6 +105,7 @@ struct ClassCounters {
     limited: Id,
     shadow_limited: Id,
     fail_open: Id,
+    malformed: Id,
 }
 
 /// Every counter's host id, by what it counts.
@@ -133,6 +142,7 @@ impl Metrics {
                 limited: d("limited"),
                 shadow_limited: d("shadow_limited"),
                 fail_open: d("fail_open"),
+                malformed: d("malformed"),
             };
         }
         m.exempt = define("crawlguard.exempt");
@@ -168,6 +178,7 @@ impl Metrics {
             Decision::Allowed | Decision::Exempt => (c.allowed, false),
             Decision::Limited(_) => (c.limited, true),
             Decision::ShadowLimited(_) => (c.shadow_limited, true),
+            Decision::Malformed { .. } | Decision::ShadowMalformed { .. } => (c.malformed, false),
         };
         bump(decision, inc);
         if outcome.store.fell_back() {
@@ -262,11 +273,12 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 8 * 4 + 1 + 2 + 4 + 9 + 5 + 2);
+        assert_eq!(n.len(), 8 * 5 + 1 + 2 + 4 + 9 + 5 + 2);
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
-        assert_eq!(n[32], "crawlguard.exempt");
-        assert_eq!(n[33], "crawlguard.route.api.limited");
-        assert_eq!(n[34], "crawlguard.route.default.limited");
+        assert_eq!(n[4], "crawlguard.class.search_crawler.malformed");
+        assert_eq!(n[40], "crawlguard.exempt");
+        assert_eq!(n[41], "crawlguard.route.api.limited");
+        assert_eq!(n[42], "crawlguard.route.default.limited");
         assert_eq!(
             n.last().map(String::as_str),
             Some("crawlguard.rewrite.status_503")

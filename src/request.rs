@@ -239,6 +239,30 @@ impl RequestState {
                 );
                 return self.forward(cfg, host, class);
             }
+            Decision::Malformed { limit } | Decision::ShadowMalformed { limit } => {
+                let shadow = matches!(out.decision, Decision::ShadowMalformed { .. });
+                log::debug!(
+                    "{}malformed_key class={} route={} limit={} (more than {} key values)",
+                    if shadow { "shadow_" } else { "" },
+                    class.as_str(),
+                    cfg.route_name(out.route),
+                    cfg.limits.get(limit).map_or("?", |l| l.name.as_str()),
+                    engine::MAX_KEY_VALUES
+                );
+                if shadow {
+                    return self.forward(cfg, host, class);
+                }
+                host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
+                return if self.reply(
+                    host,
+                    &respond::malformed_key(),
+                    respond::DETAILS_MALFORMED_KEY,
+                ) {
+                    Step::Pause
+                } else {
+                    self.forward(cfg, host, class)
+                };
+            }
             Decision::Allowed | Decision::Exempt => return self.forward(cfg, host, class),
         };
         let limit = cfg.limits.get(r.limit);

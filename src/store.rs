@@ -8,7 +8,8 @@
 //! owner) can be taken over, since a full bucket carries no information.
 
 use crate::bucket::{self, BucketState, Rate, Take};
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 /// Error from the shared-data host calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,6 +157,88 @@ pub fn precreate_keys(
     Ok(created)
 }
 
+/// Shared-data key recording the [`StoreShape`] in force, so that a new configuration can
+/// tell that it moves every bucket.
+pub const META_KEY: &str = "cg:store:meta";
+/// Meta encoding version byte.
+const META_VERSION: u8 = 1;
+
+/// The store settings that decide where a key's bucket is: change either and every key has
+/// a new fingerprint and slot, so every bucket starts full again (keys are hashed, so state
+/// cannot be carried over).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreShape {
+    /// `store.slots`.
+    pub slots: u32,
+    /// `store.hash_seed`.
+    pub hash_seed: u64,
+}
+
+impl StoreShape {
+    /// Version (1) + slots (4) + hash_seed (8), little-endian.
+    fn encode(&self) -> [u8; 13] {
+        let mut out = [0u8; 13];
+        let (v, rest) = out.split_at_mut(1);
+        let (slots, seed) = rest.split_at_mut(4);
+        v.copy_from_slice(&[META_VERSION]);
+        slots.copy_from_slice(&self.slots.to_le_bytes());
+        seed.copy_from_slice(&self.hash_seed.to_le_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<StoreShape> {
+        let arr: &[u8; 13] = bytes.try_into().ok()?;
+        let (v, rest) = arr.split_first()?;
+        if *v != META_VERSION {
+            return None;
+        }
+        Some(StoreShape {
+            slots: u32::from_le_bytes(rest.get(0..4)?.try_into().ok()?),
+            hash_seed: u64::from_le_bytes(rest.get(4..12)?.try_into().ok()?),
+        })
+    }
+
+    /// What changed from `old` to `self`, as one log line; `None` if nothing did. The seed's
+    /// values are not printed: it is meant to stay secret so collisions cannot be planned.
+    pub fn change_from(&self, old: &StoreShape) -> Option<String> {
+        let slots = (old.slots != self.slots)
+            .then(|| format!("store.slots changed {} -> {}", old.slots, self.slots));
+        let seed = (old.hash_seed != self.hash_seed).then_some("store.hash_seed changed");
+        let what = match (slots, seed) {
+            (Some(a), Some(b)) => format!("{a} and {b}"),
+            (Some(a), None) => a,
+            (None, Some(b)) => b.to_string(),
+            (None, None) => return None,
+        };
+        Some(format!("{what}: every rate-limit bucket starts full again"))
+    }
+}
+
+/// Records `shape` in shared data as the one in force (at `on_configure`) and returns what
+/// changed since the shape the previous configuration recorded (shared data outlives
+/// configurations while the `vm_id` stays the same). `None` on a first start, when nothing
+/// changed, or when another VM of the same configuration recorded it first (CAS), so each
+/// change is reported once; also `None` on a store error (best effort, never fatal) or an
+/// unreadable record (it is overwritten).
+pub fn record_shape(store: &dyn SharedData, shape: StoreShape) -> Option<String> {
+    for _ in 0..8 {
+        let (old, cas) = match store.get(META_KEY) {
+            Ok(Some((bytes, cas))) => (StoreShape::decode(&bytes), cas),
+            Ok(None) => (None, 0),
+            Err(_) => return None,
+        };
+        if old == Some(shape) {
+            return None;
+        }
+        match store.set(META_KEY, &shape.encode(), cas) {
+            Ok(()) => return old.and_then(|o| shape.change_from(&o)),
+            Err(StoreError::CasMismatch) => continue,
+            Err(StoreError::Host(_)) => return None,
+        }
+    }
+    None
+}
+
 /// Why a charge did not use the shared store (each is counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fallback {
@@ -184,29 +267,49 @@ pub struct Charge {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Place {
     Shared(usize),
+    /// The key's own bucket in [`LocalBuckets`].
     Local,
+    /// The overflow bucket of [`LocalBuckets`] for this rate.
+    Overflow,
     Nowhere,
 }
 
-/// Bounded per-VM map of buckets used when the shared store fails. Bounded so a store outage
-/// under a flood of distinct clients cannot grow memory: when full, full (idle) buckets are
-/// dropped first, then everything.
+/// Bounded per-VM map of buckets used when the shared store fails.
+///
+/// Bounded so that a store outage under a flood of distinct clients cannot grow memory, and
+/// evicting only what carries no information: a bucket that is full again. Any other bucket
+/// is kept, so an exhausted client stays exhausted whatever other clients send. When the map
+/// is full and no bucket is full again, a new key gets no bucket of its own: it is charged
+/// against a strict overflow bucket shared by every such key of the same rate (one per
+/// limit, with that limit's rate and burst).
+///
+/// Finding the buckets that are full again never scans the map: a min-heap holds one entry
+/// per bucket, `(tat_ns when pushed, key)`, and only entries whose time has come are looked
+/// at. An entry can be early (the bucket took tokens since; it is pushed again with its
+/// current time) or late (a refund; the bucket is then evicted later than it could be, the
+/// strict side), so each eviction costs O(log n) and each re-push follows a token taken.
 #[derive(Debug, Default)]
 pub struct LocalBuckets {
     map: HashMap<u64, BucketState>,
+    /// One entry per key of `map`: the earliest time its bucket may be full again.
+    full_at: BinaryHeap<Reverse<(u64, u64)>>,
+    /// The overflow bucket of each rate seen while the map was full (at most one per limit).
+    overflow: Vec<(Rate, BucketState)>,
     cap: usize,
+    /// Heap entries looked at while evicting (tests check that a full map is not rescanned).
+    examined: u64,
 }
 
 impl LocalBuckets {
-    /// A map holding at most `cap` buckets.
+    /// A map holding at most `cap` buckets (plus one overflow bucket per limit).
     pub fn new(cap: usize) -> LocalBuckets {
         LocalBuckets {
-            map: HashMap::new(),
             cap: cap.max(1),
+            ..LocalBuckets::default()
         }
     }
 
-    /// Number of buckets held.
+    /// Number of buckets held (overflow buckets not included).
     pub fn len(&self) -> usize {
         self.map.len()
     }
@@ -216,22 +319,88 @@ impl LocalBuckets {
         self.map.is_empty()
     }
 
-    fn take(&mut self, fp: u64, now_ns: u64, rate: Rate) -> Take {
-        let t = bucket::take(self.map.get(&fp).copied(), now_ns, rate);
-        if let Take::Allowed { state, .. } = t {
-            if self.map.len() >= self.cap && !self.map.contains_key(&fp) {
-                self.map.retain(|_, s| !bucket::is_full(*s, now_ns));
-                if self.map.len() >= self.cap {
-                    self.map.clear();
-                }
+    /// Takes a token for key `fp`: from its own bucket, else from a new one if there is room
+    /// (after dropping the buckets that are full again), else from the overflow bucket of
+    /// `rate`. Returns where the token was taken (`Nowhere` when limited).
+    fn take(&mut self, fp: u64, now_ns: u64, rate: Rate) -> (Take, Place) {
+        let placed = |t: Take, place: Place| match t {
+            Take::Allowed { .. } => (t, place),
+            Take::Limited { .. } => (t, Place::Nowhere),
+        };
+        if let Some(state) = self.map.get_mut(&fp) {
+            let t = bucket::take(Some(*state), now_ns, rate);
+            if let Take::Allowed { state: next, .. } = t {
+                *state = next;
             }
-            self.map.insert(fp, state);
+            return placed(t, Place::Local);
         }
-        t
+        if self.map.len() >= self.cap {
+            self.evict_full(now_ns);
+        }
+        if self.map.len() < self.cap {
+            let t = bucket::take(None, now_ns, rate);
+            if let Take::Allowed { state, .. } = t {
+                self.map.insert(fp, state);
+                self.full_at.push(Reverse((state.tat_ns, fp)));
+            }
+            return placed(t, Place::Local);
+        }
+        let i = match self.overflow.iter().position(|(r, _)| *r == rate) {
+            Some(i) => i,
+            None => {
+                self.overflow.push((rate, BucketState::default()));
+                self.overflow.len() - 1
+            }
+        };
+        let Some((_, state)) = self.overflow.get_mut(i) else {
+            return (
+                Take::Limited {
+                    wait_ns: rate.emission_ns.max(1),
+                },
+                Place::Nowhere,
+            );
+        };
+        let t = bucket::take(Some(*state), now_ns, rate);
+        if let Take::Allowed { state: next, .. } = t {
+            *state = next;
+        }
+        placed(t, Place::Overflow)
+    }
+
+    /// Drops every bucket that is full again at `now_ns`, looking only at heap entries whose
+    /// time has come. An entry whose bucket took tokens since it was pushed goes back with
+    /// the bucket's current `tat_ns`, which is after `now_ns` (a bucket is full when
+    /// `tat_ns <= now_ns`), so the loop ends; it is bounded by the heap's size anyway.
+    fn evict_full(&mut self, now_ns: u64) {
+        for _ in 0..self.full_at.len() {
+            match self.full_at.peek() {
+                Some(Reverse((due, _))) if *due <= now_ns => {}
+                _ => return,
+            }
+            let Some(Reverse((_, fp))) = self.full_at.pop() else {
+                return;
+            };
+            self.examined += 1;
+            match self.map.get(&fp) {
+                Some(s) if !bucket::is_full(*s, now_ns) => {
+                    self.full_at.push(Reverse((s.tat_ns, fp)));
+                }
+                Some(_) => {
+                    self.map.remove(&fp);
+                }
+                None => {}
+            }
+        }
     }
 
     fn refund(&mut self, fp: u64, rate: Rate) {
         if let Some(s) = self.map.get_mut(&fp) {
+            *s = bucket::refund(*s, rate);
+        }
+    }
+
+    fn refund_overflow(&mut self, rate: Rate) {
+        if let Some((_, s)) = self.overflow.iter_mut().find(|(r, _)| *r == rate) {
             *s = bucket::refund(*s, rate);
         }
     }
@@ -351,11 +520,7 @@ pub fn charge(
             }
         }
     }
-    let t = local.take(fp, now_ns, rate);
-    let place = match t {
-        Take::Allowed { .. } => Place::Local,
-        Take::Limited { .. } => Place::Nowhere,
-    };
+    let (t, place) = local.take(fp, now_ns, rate);
     Charge {
         take: t,
         fallback: Some(fallback),
@@ -378,6 +543,10 @@ pub fn refund(
         Place::Nowhere => return,
         Place::Local => {
             local.refund(fp, rate);
+            return;
+        }
+        Place::Overflow => {
+            local.refund_overflow(rate);
             return;
         }
         Place::Shared(idx) => idx,
@@ -646,6 +815,138 @@ mod tests {
         store.fault.set(Fault::None);
         let c = charge(&table, &store, &mut local, 10, T0, rate);
         assert_eq!(c.fallback, None);
+    }
+
+    fn local_allowed(local: &mut LocalBuckets, fp: u64, now: u64, rate: Rate) -> bool {
+        matches!(local.take(fp, now, rate).0, Take::Allowed { .. })
+    }
+
+    #[test]
+    fn churn_past_capacity_cannot_reset_an_exhausted_local_bucket() {
+        let mut local = LocalBuckets::new(4);
+        let rate = Rate::new(0.001, 2);
+        let victim: Vec<bool> = (0..3)
+            .map(|_| local_allowed(&mut local, 1, T0, rate))
+            .collect();
+        assert_eq!(victim, [true, true, false]);
+        // 2,000 other keys, one request each: 3 fill the map, 2 pass through the overflow
+        // bucket (burst 2), the other 1,995 are limited; nothing is evicted.
+        let churn = (100..2_100u64)
+            .filter(|fp| local_allowed(&mut local, *fp, T0 + fp, rate))
+            .count();
+        assert_eq!(churn, 5);
+        assert_eq!(local.len(), 4);
+        assert_eq!(local.full_at.len(), 4);
+        assert!(!local_allowed(&mut local, 1, T0 + 3_000, rate));
+        // The map was full of active buckets the whole time: never looked at once.
+        assert_eq!(local.examined, 0);
+    }
+
+    #[test]
+    fn buckets_full_again_make_room_and_others_stay() {
+        let mut local = LocalBuckets::new(3);
+        let fast = Rate::new(1.0, 1); // full again 1 s after one token
+        let slow = Rate::new(0.001, 1); // full again after 1000 s
+        assert!(local_allowed(&mut local, 1, T0, fast));
+        assert!(local_allowed(&mut local, 2, T0, fast));
+        assert!(local_allowed(&mut local, 3, T0, slow));
+        // Full, nothing full again: key 4 takes the overflow bucket of its rate (burst 1).
+        assert_eq!(local.take(4, T0, fast).1, Place::Overflow);
+        assert!(!local_allowed(&mut local, 5, T0, fast));
+        // Another rate has its own overflow bucket.
+        assert_eq!(local.take(6, T0, slow).1, Place::Overflow);
+        // One second later keys 1 and 2 are full again and go; key 3 stays exhausted.
+        assert_eq!(local.take(4, T0 + NS_PER_S, fast).1, Place::Local);
+        assert_eq!(local.len(), 2);
+        assert_eq!(local.examined, 2);
+        assert!(local_allowed(&mut local, 5, T0 + NS_PER_S, fast));
+        assert!(!local_allowed(&mut local, 3, T0 + NS_PER_S, slow));
+        // Full again, nothing due: the next new key examines nothing more.
+        assert_eq!(local.take(7, T0 + NS_PER_S, fast).1, Place::Overflow);
+        assert_eq!(local.examined, 2);
+    }
+
+    #[test]
+    fn an_active_bucket_is_pushed_back_not_evicted_and_each_entry_is_looked_at_once() {
+        let mut local = LocalBuckets::new(2);
+        let rate = Rate::new(1.0, 5);
+        // Key 1 takes a token at T0 (heap: full again at T0 + 1 s), then 4 more 0.9 s
+        // later: its bucket is now full again only at T0 + 5 s.
+        assert!(local_allowed(&mut local, 1, T0, rate));
+        for _ in 0..4 {
+            assert!(local_allowed(&mut local, 1, T0 + 900_000_000, rate));
+        }
+        assert!(local_allowed(&mut local, 2, T0 + 900_000_000, rate));
+        // At T0 + 2 s key 1's entry is due but its bucket is active: pushed back; key 2
+        // (full again at T0 + 1.9 s) goes.
+        assert_eq!(local.take(3, T0 + 2 * NS_PER_S, rate).1, Place::Local);
+        assert_eq!(local.examined, 2);
+        assert_eq!(local.len(), 2);
+        assert_eq!(local.full_at.len(), 2);
+        assert_eq!(
+            local.full_at.iter().map(|e| e.0).min(),
+            Some((T0 + 3 * NS_PER_S, 3))
+        );
+        // Thousands of new keys before T0 + 3 s: no bucket is full again, none is examined.
+        for fp in 10..5_000u64 {
+            let _ = local.take(fp, T0 + 2 * NS_PER_S + fp, rate);
+        }
+        assert_eq!(local.examined, 2);
+        // Key 1 kept its bucket: 5 tokens taken, 2 refilled by T0 + 2 s.
+        assert_eq!(
+            bucket::tokens(local.map.get(&1).copied(), T0 + 2 * NS_PER_S, rate),
+            2
+        );
+    }
+
+    #[test]
+    fn refund_of_an_overflow_token_goes_back_to_the_overflow_bucket() {
+        let (table, store, _) = setup(8);
+        let mut local = LocalBuckets::new(1);
+        store.fault.set(Fault::Error);
+        let rate = Rate::new(0.001, 1);
+        assert!(allowed(&charge(&table, &store, &mut local, 1, T0, rate)));
+        let c = charge(&table, &store, &mut local, 2, T0, rate);
+        assert_eq!(c.place, Place::Overflow);
+        assert!(!allowed(&charge(&table, &store, &mut local, 3, T0, rate)));
+        refund(&table, &store, &mut local, 2, &c, rate);
+        assert!(allowed(&charge(&table, &store, &mut local, 3, T0, rate)));
+        assert!(!allowed(&charge(&table, &store, &mut local, 2, T0, rate)));
+    }
+
+    #[test]
+    fn a_new_store_shape_is_reported_once_with_what_changed() {
+        let store = MemStore::default();
+        let shape = |slots, hash_seed| StoreShape { slots, hash_seed };
+        // First start: recorded, nothing to report; the same again: nothing.
+        assert_eq!(record_shape(&store, shape(16_384, 7)), None);
+        assert_eq!(record_shape(&store, shape(16_384, 7)), None);
+        assert_eq!(
+            record_shape(&store, shape(65_536, 7)).as_deref(),
+            Some("store.slots changed 16384 -> 65536: every rate-limit bucket starts full again")
+        );
+        // The other VMs of the same configuration see it recorded: reported once.
+        assert_eq!(record_shape(&store, shape(65_536, 7)), None);
+        assert_eq!(
+            record_shape(&store, shape(65_536, 8)).as_deref(),
+            Some("store.hash_seed changed: every rate-limit bucket starts full again")
+        );
+        assert_eq!(
+            record_shape(&store, shape(64, 9)).as_deref(),
+            Some(
+                "store.slots changed 65536 -> 64 and store.hash_seed changed: every rate-limit \
+                 bucket starts full again"
+            )
+        );
+        // An unreadable record is overwritten without a report; a store error is silent.
+        store.poke(META_KEY, b"garbage");
+        assert_eq!(record_shape(&store, shape(128, 9)), None);
+        assert_eq!(
+            record_shape(&store, shape(64, 9)).as_deref(),
+            Some("store.slots changed 128 -> 64: every rate-limit bucket starts full again")
+        );
+        store.fault.set(Fault::Error);
+        assert_eq!(record_shape(&store, shape(1, 1)), None);
     }
 
     #[test]

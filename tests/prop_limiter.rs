@@ -209,6 +209,94 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Any window, any valid limit, any time
+
+/// A burst and a rate that configuration validation accepts for it: `burst / rate_per_s` up to
+/// one year (`config::MAX_REFILL_S`), `rate_per_s` up to 1e6. The rate is log-uniform between
+/// the smallest one the burst allows and 1e6, or one of those two ends.
+fn valid_limit() -> impl Strategy<Value = (f64, u32)> {
+    prop_oneof![1u32..=10, 1u32..=1000, Just(1), Just(1_000_000)].prop_flat_map(|burst| {
+        // The smallest valid rate, nudged up by 1e-12 (relative) so that rounding in the
+        // division, the decimal text and its parsing cannot push it past the bound.
+        let min = f64::from(burst) / config::MAX_REFILL_S * (1.0 + 1e-12);
+        let (lo, hi) = (min.log10(), 6.0f64);
+        (
+            prop_oneof![
+                3 => (lo..=hi).prop_map(move |x| 10f64.powf(x).clamp(min, 1e6)),
+                1 => Just(min),
+                1 => Just(1e6),
+            ],
+            Just(burst),
+        )
+    })
+}
+
+/// A start time: realistic (now-ish), the epoch, or the last two years of u64 nanoseconds
+/// (year 2554), where the bucket's times stop fitting.
+fn start_time() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        2 => T0 - 1_000 * NS_PER_S..T0 + 1_000 * NS_PER_S,
+        1 => 0u64..NS_PER_S,
+        1 => (0u64..=2 * 31_536_000 * NS_PER_S).prop_map(|back| u64::MAX - back),
+    ]
+}
+
+proptest! {
+    #![proptest_config(pt_config())]
+
+    /// Over any window of the clock `[t_i, t_j]` (a monotone clock), the bucket admits at most
+    /// `burst + floor((t_j - t_i) / emission_ns)` of the requests made in it, where
+    /// `emission_ns = round(1e9 / rate_per_s)` (within half a nanosecond of the exact
+    /// interval, checked here too): `burst + rate x t`, with the rate rounded to whole
+    /// nanoseconds per token and the refill part rounded down. This holds for every limit
+    /// configuration validation accepts, from any start time, including the end of u64
+    /// time, where the bucket refuses what it cannot store.
+    #[test]
+    fn admitted_in_any_window_is_at_most_burst_plus_rate_times_window(
+        (rate_per_s, burst) in valid_limit(),
+        start in start_time(),
+        gaps in prop::collection::vec(any::<u64>(), 1..300),
+    ) {
+        let doc = format!(
+            r#"{{"limits":[{{"name":"l","class":"*","route":"*","rate_per_s":{rate_per_s:e},"burst":{burst},"key":"global"}}]}}"#
+        );
+        let cfg = match config::parse(doc.as_bytes()) {
+            Ok(c) => c,
+            Err(e) => return Err(TestCaseError::fail(format!("not a valid limit: {e}"))),
+        };
+        let Some(rate) = cfg.limits.first().map(|l| l.rate) else {
+            return Err(TestCaseError::fail("no limit"));
+        };
+        let e = rate.emission_ns;
+        prop_assert!((e as f64 - 1e9 / cfg.limits[0].rate_per_s).abs() <= 0.5 + 1e-9 * e as f64,
+            "emission_ns {} for rate_per_s {}", e, rate_per_s);
+        // Request times: a third at the same instant as the previous one (bursts), the rest
+        // up to three emission intervals later (at most an hour).
+        let span = e.saturating_mul(3).min(3_600 * NS_PER_S);
+        let mut now = start;
+        let mut state: Option<BucketState> = None;
+        let mut admitted: Vec<u64> = Vec::new();
+        for g in gaps {
+            let d = if g % 3 == 0 { 0 } else { g % (span + 1) };
+            now = now.saturating_add(d);
+            if let Take::Allowed { state: s, .. } = bucket::take(state, now, rate) {
+                state = Some(s);
+                admitted.push(now);
+            }
+        }
+        // Every window that starts and ends at an admitted request (the tightest ones).
+        for (i, ti) in admitted.iter().enumerate() {
+            for (k, tj) in admitted.iter().enumerate().skip(i) {
+                let n = (k - i + 1) as u64;
+                let bound = u64::from(rate.burst) + (tj - ti) / e;
+                prop_assert!(n <= bound, "admitted {} in [{}, {}] > burst {} + {} / {}",
+                    n, ti, tj, rate.burst, tj - ti, e);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // engine::decide over the shared store, with faults
 
 /// Remote addresses; the two IPv6 ones share a /64 and so are one client.
@@ -412,6 +500,9 @@ proptest! {
                     prop_assert!(rej.retry_after_s >= min_s.max(1));
                     prop_assert!(rej.retry_after_s <= max_s + jitter_s);
                     prop_assert!(rej.limit == 0 || (rej.limit == 1 && is_api));
+                }
+                Decision::Malformed { .. } | Decision::ShadowMalformed { .. } => {
+                    return Err(TestCaseError::fail("malformed without a key header"));
                 }
             }
             // Store faults are counted on every charged request, and only then.

@@ -15,7 +15,9 @@
 //! `per_connection_buffer_limit_bytes` on the main listener and that upstream cluster;
 //! [`EnvoyOpts::max_request_headers_kb`] raises the main listener's request header limit;
 //! [`EnvoyOpts::fake_verifier`] adds a `crawlguard_verifier` cluster answered by an extra
-//! listener of the same Envoy with fixed verdicts. [`RawHttp1`] speaks HTTP/1.1 on one TCP
+//! listener of the same Envoy with fixed verdicts; [`EnvoyOpts::lds`] serves the main
+//! listener over LDS from a watched file, so [`Envoy::push_filter_config`] can change the
+//! filter configuration of a running Envoy. [`RawHttp1`] speaks HTTP/1.1 on one TCP
 //! connection, for keep-alive checks.
 
 use std::collections::HashMap;
@@ -228,6 +230,11 @@ pub struct EnvoyOpts {
     /// The shipped Envoy configuration rendered for the test, relative to the repository
     /// root (default `envoy/envoy.yaml`; e.g. `envoy/envoy-local-ratelimit.yaml`).
     pub template: &'static str,
+    /// Serve the main listener over LDS from a file Envoy watches (`dynamic_resources`
+    /// `path_config_source`) instead of `static_resources`, so that
+    /// [`Envoy::push_filter_config`] can replace it in the running Envoy, as a control plane
+    /// would. Default false.
+    pub lds: bool,
 }
 
 impl Default for EnvoyOpts {
@@ -241,6 +248,7 @@ impl Default for EnvoyOpts {
             real_verifier_port: None,
             max_request_headers_kb: None,
             template: "envoy/envoy.yaml",
+            lds: false,
         }
     }
 }
@@ -289,6 +297,12 @@ impl EnvoyOpts {
     /// Sets `max_request_headers_kb` on the main listener's HTTP connection manager.
     pub fn max_request_headers_kb(mut self, kb: u32) -> Self {
         self.max_request_headers_kb = Some(kb);
+        self
+    }
+
+    /// Serves the main listener over LDS from a watched file (see [`EnvoyOpts::lds`]).
+    pub fn lds(mut self) -> Self {
+        self.lds = true;
         self
     }
 }
@@ -520,8 +534,93 @@ pub struct Envoy {
     ports: Ports,
     log_path: PathBuf,
     admin: reqwest::Client,
+    lds: Option<LdsFile>,
     // Keep the temp dir (config + log) alive as long as Envoy runs; removed on drop.
     _dir: tempfile::TempDir,
+}
+
+/// The main listener served over LDS from a watched file (see [`EnvoyOpts::lds`]).
+struct LdsFile {
+    /// The directory Envoy watches; it holds `listeners.yaml`.
+    dir: PathBuf,
+    opts: EnvoyOpts,
+    ports: Ports,
+    wasm: PathBuf,
+}
+
+impl LdsFile {
+    /// Renders the configuration with `cfg` as the filter configuration, writes its main
+    /// listener to `listeners.yaml` atomically (written next to the directory, then renamed
+    /// into it: the move is what Envoy's directory watch reacts to) and returns the rest,
+    /// with a `node` and `dynamic_resources` pointing at that file, as the bootstrap.
+    fn write(&self, cfg: &FilterConfig) -> String {
+        let opts = EnvoyOpts {
+            filter_config: cfg.clone(),
+            ..self.opts.clone()
+        };
+        let (bootstrap, listener) =
+            split_main_listener(&render_config(self.ports, &self.wasm, &opts));
+        let path = self.dir.join("listeners.yaml");
+        let tmp = self.dir.with_extension("tmp");
+        std::fs::write(&tmp, listener).expect("write LDS file");
+        std::fs::rename(&tmp, &path).expect("move LDS file into place");
+        // LDS needs a node identity (a file has no control plane to tell it apart from).
+        format!(
+            concat!(
+                "node: {{ id: crawlguard-test, cluster: crawlguard-test }}\n",
+                "{}dynamic_resources:\n",
+                "  lds_config:\n",
+                "    resource_api_version: V3\n",
+                "    path_config_source:\n",
+                "      path: {}\n",
+                "      watched_directory: {{ path: {} }}\n",
+            ),
+            bootstrap,
+            json_str(&path.display().to_string()),
+            json_str(&self.dir.display().to_string())
+        )
+    }
+}
+
+/// Splits a rendered configuration into (the configuration without the listener `main`, an
+/// LDS resource file holding that listener). The listener runs from its `  - name: main`
+/// line to the next line indented by at most two spaces that is not a comment.
+fn split_main_listener(yaml: &str) -> (String, String) {
+    const START: &str = "\n  - name: main\n";
+    let start = yaml
+        .find(START)
+        .map(|i| i + 1)
+        .expect("the rendered configuration has a listener `main`");
+    let (head, rest) = yaml.split_at(start);
+    let mut end = rest.len();
+    let mut offset = 0;
+    for (i, line) in rest.split_inclusive('\n').enumerate() {
+        let text = line.trim();
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        if i > 0 && !text.is_empty() && !text.starts_with('#') && indent <= 2 {
+            end = offset;
+            break;
+        }
+        offset += line.len();
+    }
+    let (block, tail) = rest.split_at(end);
+    let mut listener = String::from("resources:\n");
+    for (i, line) in block.lines().enumerate() {
+        let line = line.strip_prefix("  ").unwrap_or(line);
+        if i == 0 {
+            listener += "- \"@type\": type.googleapis.com/envoy.config.listener.v3.Listener\n";
+            listener += "  ";
+            listener += line.trim_start_matches("- ");
+        } else {
+            listener += line;
+        }
+        listener.push('\n');
+    }
+    let mut bootstrap = format!("{head}{tail}");
+    if !bootstrap.ends_with('\n') {
+        bootstrap.push('\n');
+    }
+    (bootstrap, listener)
 }
 
 impl Envoy {
@@ -547,6 +646,21 @@ impl Envoy {
             }
         }
         panic!("envoy could not bind its ports after 3 attempts; last log:\n{last_log}");
+    }
+
+    /// Starts Envoy and waits until it is ready (`Ok`) or has exited (`Err` with its log),
+    /// e.g. for a configuration that should be refused but may not be. Panics if it does
+    /// neither within 30 s.
+    pub async fn try_start(opts: EnvoyOpts) -> Result<Envoy, String> {
+        let mut envoy = Envoy::spawn(&opts);
+        match envoy.wait_ready().await {
+            Outcome::Ready => Ok(envoy),
+            Outcome::Exited(log) => Err(log),
+            Outcome::TimedOut => panic!(
+                "envoy neither ready nor exited after {READY_DEADLINE:?}; log:\n{}",
+                envoy.log()
+            ),
+        }
     }
 
     /// Starts Envoy with a configuration that must be refused: returns Envoy's log once it
@@ -575,7 +689,19 @@ impl Envoy {
             .expect("create temp dir");
         let ports = free_ports();
         let wasm = wasm_path();
-        let yaml = render_config(ports, &wasm, opts);
+        let lds = opts.lds.then(|| LdsFile {
+            dir: dir.path().join("lds"),
+            opts: opts.clone(),
+            ports,
+            wasm: wasm.clone(),
+        });
+        let yaml = match &lds {
+            Some(l) => {
+                std::fs::create_dir(&l.dir).expect("create lds dir");
+                l.write(&opts.filter_config)
+            }
+            None => render_config(ports, &wasm, opts),
+        };
         let cfg_path = dir.path().join("envoy.yaml");
         std::fs::write(&cfg_path, yaml).expect("write envoy.yaml");
         let log_path = dir.path().join("envoy.log");
@@ -606,8 +732,43 @@ impl Envoy {
             ports,
             log_path,
             admin,
+            lds,
             _dir: dir,
         }
+    }
+
+    /// Replaces the filter configuration of the running Envoy, as a control plane would
+    /// (needs [`EnvoyOpts::lds`]): writes the main listener with `cfg` to the LDS file and
+    /// waits (30 s at most) until Envoy has applied it (`listener_manager.lds.update_success`
+    /// went up and no listener is warming, so new connections get the new configuration) or
+    /// refused it (`listener_manager.lds.update_rejected` went up: `Err` with Envoy's log).
+    pub async fn push_filter_config(&self, cfg: impl Into<FilterConfig>) -> Result<(), String> {
+        const OK: &str = "listener_manager.lds.update_success";
+        const REJECTED: &str = "listener_manager.lds.update_rejected";
+        const WARMING: &str = "listener_manager.total_listeners_warming";
+        let lds = self
+            .lds
+            .as_ref()
+            .expect("push_filter_config needs EnvoyOpts::lds()");
+        let stat = |s: &HashMap<String, u64>, k: &str| s.get(k).copied().unwrap_or(0);
+        let before = self.stats().await;
+        lds.write(&cfg.into());
+        let deadline = Instant::now() + READY_DEADLINE;
+        while Instant::now() < deadline {
+            let now = self.stats().await;
+            if stat(&now, REJECTED) > stat(&before, REJECTED) {
+                return Err(self.log());
+            }
+            if stat(&now, OK) > stat(&before, OK) && stat(&now, WARMING) == 0 {
+                return Ok(());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        panic!(
+            "envoy neither applied nor refused the pushed listener within {READY_DEADLINE:?}; \
+             log:\n{}",
+            self.log()
+        );
     }
 
     async fn wait_ready(&mut self) -> Outcome {
