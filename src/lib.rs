@@ -7,20 +7,21 @@
 //! `wasm_host.rs` (the `Host` over the proxy-wasm ABI) are wasm-specific.
 //!
 //! In the order a request meets them: [`client_ip`], [`classify`], [`verification`]
-//! ([`verdict_cache`], [`flights`], [`verify`]), [`engine`] ([`bucket`], [`store`],
-//! [`slot_table`]), [`respond`], and on the way back [`rewrite`]; [`metrics`] counts it all;
+//! ([`verdict_cache`], [`flights`], [`verify`]), [`limiter`] ([`bucket`], [`store`],
+//! [`slot_table`], [`local_store`]), [`respond`], and on the way back [`rewrite`]; [`metrics`] counts it all;
 //! [`config`] is parsed once per worker.
 
 pub mod bucket;
 pub mod classify;
 pub mod client_ip;
 pub mod config;
-pub mod engine;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod fake_host;
 pub mod flights;
 pub mod header_map;
 pub mod host;
+pub mod limiter;
+pub mod local_store;
 pub mod metrics;
 pub mod request;
 pub mod respond;

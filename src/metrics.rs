@@ -17,7 +17,7 @@
 
 use crate::classify::Class;
 use crate::config::Config;
-use crate::engine::{Decision, Outcome};
+use crate::limiter::{Decision, LimitResult};
 
 /// Decisions counted per class.
 pub const DECISIONS: [&str; 5] = [
@@ -172,10 +172,10 @@ impl Metrics {
 
     /// Counts the decision for a request of class `class`: its decision, `fail_open` when
     /// the per-worker fallback decided, the route's `limited`, and each kind of store trouble.
-    pub fn record(&self, class: Class, outcome: &Outcome, inc: &mut dyn FnMut(u32)) {
+    pub fn record(&self, class: Class, outcome: &LimitResult, inc: &mut dyn FnMut(u32)) {
         let c = self.class.get(class.index()).copied().unwrap_or_default();
         let (decision, limited) = match outcome.decision {
-            Decision::Allowed | Decision::Exempt => (c.allowed, false),
+            Decision::Allowed => (c.allowed, false),
             Decision::Limited(_) => (c.limited, true),
             Decision::ShadowLimited(_) => (c.shadow_limited, true),
             Decision::Malformed { .. } | Decision::ShadowMalformed { .. } => (c.malformed, false),
@@ -247,7 +247,7 @@ pub fn names(cfg: &Config) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::config;
-    use crate::engine::{Reject, StoreEvents};
+    use crate::limiter::{OverLimit, StoreEvents};
     use std::collections::HashMap;
 
     /// Defines `cfg`'s counters with ids 100, 101, ... and returns them with a name lookup.
@@ -294,9 +294,9 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let (m, by_id) = defined(&cfg);
-        let out = Outcome {
+        let out = LimitResult {
             route: 1,
-            decision: Decision::Limited(Reject {
+            decision: Decision::Limited(OverLimit {
                 limit: 0,
                 status: 429,
                 retry_after_s: 3,

@@ -15,9 +15,9 @@
 use crate::classify::Class;
 use crate::client_ip;
 use crate::config::{Config, IpSource, KeyKind};
-use crate::engine::{self, Decision};
 use crate::flights::{Claim, Waiter};
 use crate::host::{ContextId, Host, LocalReply};
+use crate::limiter::{self, Decision, RequestKeys};
 use crate::respond;
 use crate::rewrite;
 use crate::verification::{self, Check};
@@ -54,38 +54,44 @@ enum Phase {
     Replied,
 }
 
-/// The request facts verification and limiting need, read once from the request headers.
+/// The request facts verification and limiting need, derived once from the request
+/// headers (and kept while the request waits for a verdict).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Facts {
-    /// `:path`, query string included.
-    pub path: Vec<u8>,
-    /// Envoy's downstream address (`source.address`).
-    pub remote: Option<Vec<u8>>,
-    /// `x-forwarded-for`, read only with `client_ip.source: xff`.
-    pub xff: Option<Vec<u8>>,
-    /// The full client address (per `client_ip`); `None` if nothing parses.
+    /// Route index (see [`Config::route_name`]).
+    pub route: usize,
+    /// The full client address (per `client_ip`): what a crawler claim is about; `None` if
+    /// nothing parses.
     pub client_ip: Option<IpAddr>,
+    /// The client address masked to its prefix: the `client_ip` bucket key and the prefix
+    /// whose spoofed verdicts are counted.
+    pub client_prefix: Option<IpAddr>,
     /// The path (query ignored) is in `exempt_paths`.
     pub exempt: bool,
 }
 
+/// `:path` without its query string (and fragment).
+pub fn path_only(path: &[u8]) -> &[u8] {
+    let end = path
+        .iter()
+        .position(|b| *b == b'?' || *b == b'#')
+        .unwrap_or(path.len());
+    path.get(..end).unwrap_or(path)
+}
+
 impl Facts {
     /// Reads the facts of the current request (host calls: `:path`, the downstream
-    /// address, and `x-forwarded-for` when configured).
+    /// address, and `x-forwarded-for` when configured; only `:path` for an exempt path).
     pub fn read(cfg: &Config, host: &mut dyn Host) -> Facts {
-        let path = host.request_header(":path").unwrap_or_default();
-        let exempt = {
-            let p = engine::path_only(&path);
-            cfg.exempt_paths.iter().any(|e| e.as_bytes() == p)
-        };
-        if exempt {
-            // Nothing else is needed for an exempt path.
+        let raw_path = host.request_header(":path").unwrap_or_default();
+        let path = path_only(&raw_path);
+        let route = cfg.route_of(path);
+        if cfg.exempt_paths.iter().any(|e| e.as_bytes() == path) {
             return Facts {
-                path,
-                remote: None,
-                xff: None,
+                route,
                 client_ip: None,
-                exempt,
+                client_prefix: None,
+                exempt: true,
             };
         }
         let remote = host.downstream_address();
@@ -95,11 +101,10 @@ impl Facts {
         };
         let client_ip = client_ip::client_ip(&cfg.client_ip, remote.as_deref(), xff.as_deref());
         Facts {
-            path,
-            remote,
-            xff,
+            route,
             client_ip,
-            exempt,
+            client_prefix: client_ip.map(|ip| client_ip::masked(ip, &cfg.client_ip)),
+            exempt: false,
         }
     }
 }
@@ -193,25 +198,17 @@ impl RequestState {
             })
             .map(|name| (name, host.request_header_lines(name)))
             .collect();
-        let header = |name: &str| -> Vec<Vec<u8>> {
-            key_headers
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default()
-        };
-        let req = engine::Request {
-            path: &facts.path,
-            remote_address: facts.remote.as_deref(),
-            xff: facts.xff.as_deref(),
-            header: &header,
+        let keys = RequestKeys {
+            route: facts.route,
+            client: facts.client_prefix,
+            key_headers: &key_headers,
         };
         let out = match w.limiter.try_borrow_mut() {
-            Ok(mut lim) => engine::decide(
+            Ok(mut lim) => limiter::decide(
                 cfg,
                 &mut lim,
                 host.shared_data(),
-                &req,
+                &keys,
                 class,
                 now,
                 &mut || w.next_random(),
@@ -247,7 +244,7 @@ impl RequestState {
                     class.as_str(),
                     cfg.route_name(out.route),
                     cfg.limits.get(limit).map_or("?", |l| l.name.as_str()),
-                    engine::MAX_KEY_VALUES
+                    limiter::MAX_KEY_VALUES
                 );
                 if shadow {
                     return self.forward(cfg, host, class);
@@ -263,7 +260,7 @@ impl RequestState {
                     self.forward(cfg, host, class)
                 };
             }
-            Decision::Allowed | Decision::Exempt => return self.forward(cfg, host, class),
+            Decision::Allowed => return self.forward(cfg, host, class),
         };
         let limit = cfg.limits.get(r.limit);
         log::debug!(
@@ -405,10 +402,11 @@ fn verify_claim(
     let Some(ip) = facts.client_ip else {
         return Some(Class::UnverifiedBot);
     };
+    let prefix = facts.client_prefix.unwrap_or(ip);
     let (fp, prefix_fp) = match w.limiter.try_borrow() {
         Ok(l) => (
             l.claim_fingerprint(ip, bot_id),
-            l.prefix_fingerprint(client_ip::masked(ip, &w.cfg.client_ip)),
+            l.prefix_fingerprint(prefix),
         ),
         Err(_) => return Some(Class::UnverifiedBot),
     };
@@ -444,5 +442,17 @@ pub fn resume(w: &Worker, host: &mut dyn Host, waiter: &Waiter<Handle>, class: C
     }
     if state.on_verdict(w, host, class) == Some(Step::Continue) {
         let _ = host.resume_request();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::path_only;
+
+    #[test]
+    fn path_only_strips_query_and_fragment() {
+        assert_eq!(path_only(b"/a?b#c"), b"/a");
+        assert_eq!(path_only(b"/a#c?d"), b"/a");
+        assert_eq!(path_only(b""), b"");
     }
 }

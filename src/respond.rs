@@ -80,7 +80,7 @@ pub fn rejection(
 }
 
 /// Body of the 400 for a request whose rate-limit key header names more than
-/// `engine::MAX_KEY_VALUES` distinct values.
+/// `limiter::MAX_KEY_VALUES` distinct values.
 pub const MALFORMED_KEY_BODY: &str =
     "400 Bad Request: too many values in a rate-limit key header\n";
 

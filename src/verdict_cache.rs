@@ -8,8 +8,8 @@
 //! not hand a verified crawler to the unverified bucket. A failed callout also starts a
 //! backoff (`error_ttl_s`) during which the claim is not called out again.
 
-use crate::slot_table::{read_u64, write_u64, SlotError, SlotTable, SlotValue};
-use crate::store::{SharedData, StoreError};
+use crate::slot_table::{read_u64, write_u64, SlotTable, SlotValue};
+use crate::store::{SharedData, StoreError, StoreFault};
 use crate::verify::BotVerdict;
 
 /// Shared-data key prefix of claim slots.
@@ -95,6 +95,10 @@ impl SlotValue for ClaimEntry {
             _ => 0,
         }
     }
+
+    fn free_at_ns(&self) -> u64 {
+        self.stale_until_ns.max(self.backoff_until_ns)
+    }
 }
 
 /// Spoofed verdicts seen in one client prefix (the bucket key grouping:
@@ -143,6 +147,10 @@ impl SlotValue for PrefixEntry {
             0 => 0,
             n => u8::try_from(n).unwrap_or(u8::MAX),
         }
+    }
+
+    fn free_at_ns(&self) -> u64 {
+        self.until_ns
     }
 }
 
@@ -202,7 +210,7 @@ impl VerdictCache {
         now_ns: u64,
         fresh_until_ns: u64,
         stale_for_ns: u64,
-    ) -> Result<(), SlotError> {
+    ) -> Result<(), StoreFault> {
         let entry = ClaimEntry {
             verdict: Some(verdict),
             fresh_until_ns,
@@ -246,7 +254,7 @@ impl VerdictCache {
         prefix_fp: u64,
         now_ns: u64,
         until_ns: u64,
-    ) -> Result<u32, SlotError> {
+    ) -> Result<u32, StoreFault> {
         self.prefixes
             .measure_and_replace(store, prefix_fp, now_ns, |p| {
                 let p = p.unwrap_or_default();
@@ -330,7 +338,7 @@ mod tests {
         );
         assert_eq!(
             c.put_verdict(&s, 3, BotVerdict::Spoofed, now, now + 3600 * S, 0),
-            Err(SlotError::Collision)
+            Err(StoreFault::Collision)
         );
         assert_eq!(
             c.claim(&s, 1, now).and_then(|e| e.usable_on_error(now)),

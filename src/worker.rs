@@ -4,9 +4,9 @@
 //! a callout's answer, the periodic tick, and going away.
 
 use crate::config::Config;
-use crate::engine::Limiter;
 use crate::flights::Flights;
 use crate::host::Host;
+use crate::limiter::Limiter;
 use crate::metrics::{Metrics, VerifyEvent};
 use crate::request::{self, Handle};
 use crate::verdict_cache::VerdictCache;

@@ -1,5 +1,5 @@
 //! Property tests of the limiter: the token-bucket math (`bucket`) and the per-request
-//! decision over the shared store (`engine::decide` with `store::mem::MemStore`), including
+//! decision over the shared store (`limiter::decide` with `store::mem::MemStore`), including
 //! every injected store fault.
 //!
 //! The bound used throughout is exact integer GCRA arithmetic: over a run of requests, the
@@ -13,7 +13,8 @@ use crawlguard::bucket::{self, BucketState, Rate, Take, NS_PER_S};
 use crawlguard::classify::Class;
 use crawlguard::client_ip;
 use crawlguard::config::{self, Config};
-use crawlguard::engine::{decide, Decision, Limiter, Request};
+use crawlguard::limiter::{decide, Decision, Limiter, RequestKeys};
+use crawlguard::request::path_only;
 use crawlguard::store::mem::{Fault, MemStore};
 use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
@@ -297,7 +298,7 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------------------------
-// engine::decide over the shared store, with faults
+// limiter::decide over the shared store, with faults
 
 /// Remote addresses; the two IPv6 ones share a /64 and so are one client.
 const REMOTES: &[&str] = &[
@@ -409,8 +410,14 @@ fn reqs() -> impl Strategy<Value = Vec<Req>> {
     prop::collection::vec(r, 1..200)
 }
 
-fn no_headers(_: &str) -> Vec<Vec<u8>> {
-    Vec::new()
+/// The limiter's view of a request from `remote` for `path` (no key headers).
+fn keys(cfg: &crawlguard::config::Config, path: &str, remote: &str) -> RequestKeys<'static> {
+    RequestKeys {
+        route: cfg.route_of(path_only(path.as_bytes())),
+        client: client_ip::parse_addr(remote.as_bytes())
+            .map(|ip| client_ip::masked(ip, &cfg.client_ip)),
+        key_headers: &[],
+    }
 }
 
 fn fault() -> impl Strategy<Value = Fault> {
@@ -454,27 +461,22 @@ proptest! {
             let remote = REMOTES.get(r.remote).copied().unwrap_or("10.0.0.1");
             let path = PATHS.get(r.path).copied().unwrap_or("/");
             let class = CLASSES.get(r.class).copied().unwrap_or(Class::Human);
-            let req = Request {
-                path: path.as_bytes(),
-                remote_address: Some(remote.as_bytes()),
-                xff: None,
-                header: &no_headers,
-            };
+            let exempt = path.starts_with("/robots.txt");
+            if exempt {
+                // Exempt paths never reach the limiter (the request machine decides them
+                // first; tests/request_flow.rs).
+                continue;
+            }
+            let req = keys(&cfg, path, remote);
             let mut calls = 0;
             let out = decide(&cfg, &mut limiter, &store, &req, class, now, &mut || {
                 calls += 1;
                 r.random
             });
-            let exempt = path.starts_with("/robots.txt");
             let is_api = path.starts_with("/api/");
             prop_assert_eq!(out.route, if is_api { 0 } else { 1 });
             match out.decision {
-                Decision::Exempt => {
-                    prop_assert!(exempt);
-                    prop_assert!(!out.store.fell_back());
-                }
                 Decision::Allowed => {
-                    prop_assert!(!exempt);
                     prop_assert_eq!(calls, 0);
                     let client = client_ip::parse_addr(remote.as_bytes())
                         .map(|ip| client_ip::masked(ip, &cfg.client_ip));
@@ -485,7 +487,6 @@ proptest! {
                     }
                 }
                 Decision::Limited(rej) | Decision::ShadowLimited(rej) => {
-                    prop_assert!(!exempt);
                     prop_assert_eq!(matches!(out.decision, Decision::ShadowLimited(_)), s.shadow);
                     prop_assert_eq!(calls, 1, "random is drawn once per rejection");
                     let want_status = match class {
@@ -506,13 +507,11 @@ proptest! {
                 }
             }
             // Store faults are counted on every charged request, and only then.
-            if !exempt {
-                prop_assert_eq!(out.store.fell_back(), fault != Fault::None, "{:?} {:?}", fault, out.store);
-                prop_assert_eq!(out.store.errors > 0, fault == Fault::Error);
-                prop_assert_eq!(out.store.cas_exhausted > 0, fault == Fault::CasMismatch);
-                prop_assert_eq!(out.store.corrupt > 0, fault == Fault::Truncate);
-                prop_assert_eq!(out.store.collisions, 0);
-            }
+            prop_assert_eq!(out.store.fell_back(), fault != Fault::None, "{:?} {:?}", fault, out.store);
+            prop_assert_eq!(out.store.errors > 0, fault == Fault::Error);
+            prop_assert_eq!(out.store.cas_exhausted > 0, fault == Fault::CasMismatch);
+            prop_assert_eq!(out.store.corrupt > 0, fault == Fault::Truncate);
+            prop_assert_eq!(out.store.collisions, 0);
             // In shadow mode nothing is enforced, so the bounds below do not apply.
             if s.shadow {
                 continue;
@@ -552,7 +551,7 @@ proptest! {
         let mut seen: HashMap<IpAddr, (u32, u32)> = HashMap::new();
         for i in &order {
             let remote = REMOTES.get(*i).copied().unwrap_or("10.0.0.1");
-            let req = Request { path: b"/", remote_address: Some(remote.as_bytes()), xff: None, header: &no_headers };
+            let req = keys(&cfg, "/", remote);
             let out = decide(&cfg, &mut limiter, &store, &req, Class::Human, T0, &mut || 0);
             let client = client_ip::parse_addr(remote.as_bytes())
                 .map(|ip| client_ip::masked(ip, &cfg.client_ip));

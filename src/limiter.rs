@@ -1,35 +1,80 @@
-//! Per-request decision: exempt path? which route? which limits? take a token from each.
+//! The limit decision for one request: which limits match its class and route, and one
+//! token from each matching bucket (keyed by client address, globally, or by a request
+//! header). If any bucket is empty, the tokens already taken are given back: a rejected
+//! request consumes nothing.
 //!
-//! Pure logic over injected time, store and randomness, so it is tested on the host. The
-//! proxy-wasm glue (`lib.rs`) only gathers the request fields and acts on the [`Outcome`].
+//! Buckets live in the shared slot table ([`SharedSlots`]); when it cannot serve a key, the
+//! per-worker fallback ([`LocalStore`]) decides with the same limit. Both are reached through
+//! the one [`StateStore`] seam, with the bucket math ([`bucket::take`]) passed in.
 
-use crate::bucket::Take;
+use crate::bucket::{self, BucketState, Take};
 use crate::classify::Class;
-use crate::client_ip;
 use crate::config::{Config, KeyKind, Mode};
+use crate::local_store::{LocalPlace, LocalStore};
 use crate::respond;
-use crate::store::{self, Charge, Fallback, LocalBuckets, SharedData, SlotTable};
+use crate::slot_table::{read_u64, write_u64, SharedSlots, SlotRef, SlotTable, SlotValue};
+use crate::store::{SharedData, StateKey, StateStore, StoreFault};
 use std::hash::{BuildHasher, Hash, Hasher};
+use std::net::IpAddr;
 
 /// Shared-data key prefix of bucket slots.
 pub const BUCKET_PREFIX: &str = "cg:b:";
 
-/// The request fields the decision needs (raw bytes as Envoy gives them).
-pub struct Request<'a> {
-    /// `:path`, query string included.
-    pub path: &'a [u8],
-    /// Envoy's downstream address (`source.address`), e.g. `127.0.0.2:40000`.
-    pub remote_address: Option<&'a [u8]>,
-    /// `x-forwarded-for` value, if any.
-    pub xff: Option<&'a [u8]>,
-    /// Every value (one per header line, in order) of a request header (lowercase name),
-    /// for `header:<name>` keys; empty when absent.
-    pub header: &'a dyn Fn(&str) -> Vec<Vec<u8>>,
+/// A bucket in a slot: `tat_ns` (8) + `last_ns` (8), little-endian, after the table's
+/// version and owner (25 bytes in all, the layout of earlier releases).
+impl SlotValue for BucketState {
+    const LEN: usize = 16;
+    const VERSION: u8 = 1;
+
+    fn encode(&self, out: &mut [u8]) {
+        write_u64(out, 0, self.tat_ns);
+        write_u64(out, 8, self.last_ns);
+    }
+
+    fn decode(b: &[u8]) -> Option<Self> {
+        Some(BucketState {
+            tat_ns: read_u64(b, 0)?,
+            last_ns: read_u64(b, 8)?,
+        })
+    }
+
+    /// A bucket that is full again carries no information (rank 0); any other ranks 1, so
+    /// a key never takes another key's active bucket.
+    fn rank(&self, now_ns: u64) -> u8 {
+        u8::from(!bucket::is_full(*self, now_ns))
+    }
+
+    fn free_at_ns(&self) -> u64 {
+        self.tat_ns
+    }
+}
+
+/// What the limit decision needs to know about a request, derived once from its headers
+/// (`request::Facts`).
+#[derive(Debug, Clone, Copy)]
+pub struct RequestKeys<'a> {
+    /// Route index (see [`Config::route_name`]).
+    pub route: usize,
+    /// The client address masked to its prefix (the `client_ip` bucket key); `None` when no
+    /// address parses (all such requests share one bucket per limit).
+    pub client: Option<IpAddr>,
+    /// Every line of each `header:<name>` key header, by lowercase name.
+    pub key_headers: &'a [(&'a str, Vec<Vec<u8>>)],
+}
+
+impl RequestKeys<'_> {
+    fn header_lines(&self, name: &str) -> &[Vec<u8>] {
+        self.key_headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_slice())
+            .unwrap_or_default()
+    }
 }
 
 /// How a request over a limit is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reject {
+pub struct OverLimit {
     /// Index of the limit in [`Config::limits`].
     pub limit: usize,
     /// Status to answer with (class `reject_status`).
@@ -43,12 +88,10 @@ pub struct Reject {
 pub enum Decision {
     /// Passed every matching limit (or none matched).
     Allowed,
-    /// Path is in `exempt_paths`: never limited, no token taken.
-    Exempt,
     /// Over a limit, answer locally with a rejection.
-    Limited(Reject),
+    Limited(OverLimit),
     /// Over a limit in shadow mode: counted, sent upstream anyway.
-    ShadowLimited(Reject),
+    ShadowLimited(OverLimit),
     /// A `header:<name>` key of limit `limit` (index in [`Config::limits`]) named more than
     /// [`MAX_KEY_VALUES`] distinct values: answered with a 400, no token taken.
     Malformed {
@@ -62,7 +105,8 @@ pub enum Decision {
     },
 }
 
-/// Store trouble met while deciding (each is counted; none fails the request).
+/// Shared-store trouble met while deciding, by kind (each is counted; none fails the
+/// request: the per-worker fallback decided those buckets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StoreEvents {
     /// Host call errors.
@@ -76,16 +120,25 @@ pub struct StoreEvents {
 }
 
 impl StoreEvents {
-    /// True when any bucket was decided by the local fallback (the request "failed open"
-    /// onto the per-worker bucket).
+    /// True when any bucket was decided by the per-worker fallback (the request "failed
+    /// open" onto it).
     pub fn fell_back(&self) -> bool {
         self.errors + self.cas_exhausted + self.collisions + self.corrupt > 0
     }
+
+    fn count(&mut self, fault: StoreFault) {
+        match fault {
+            StoreFault::Store => self.errors += 1,
+            StoreFault::CasExhausted => self.cas_exhausted += 1,
+            StoreFault::Collision => self.collisions += 1,
+            StoreFault::Corrupt => self.corrupt += 1,
+        }
+    }
 }
 
-/// The decision for one request.
+/// The result of checking one request against the limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Outcome {
+pub struct LimitResult {
     /// Route index (see [`Config::route_name`]).
     pub route: usize,
     /// The decision.
@@ -94,11 +147,19 @@ pub struct Outcome {
     pub store: StoreEvents,
 }
 
-/// Per-VM limiter state: the slot table, the local fallback buckets and the keyed hasher.
+/// Where a charged token was taken, for a refund.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placed {
+    Shared(SlotRef),
+    Local(LocalPlace),
+}
+
+/// Per-worker limiter state: the bucket slot table, the per-worker fallback and the keyed
+/// hasher.
 #[derive(Debug)]
 pub struct Limiter {
-    table: SlotTable,
-    local: LocalBuckets,
+    buckets: SlotTable<BucketState>,
+    fallback: LocalStore<BucketState>,
     hasher: ahash::RandomState,
 }
 
@@ -107,8 +168,8 @@ impl Limiter {
     pub fn new(cfg: &Config) -> Limiter {
         let s = cfg.store.hash_seed;
         Limiter {
-            table: SlotTable::new(BUCKET_PREFIX, cfg.store.slots, cfg.store.cas_retries),
-            local: LocalBuckets::new(cfg.store.fallback_buckets as usize),
+            buckets: SlotTable::new(BUCKET_PREFIX, cfg.store.slots, cfg.store.cas_retries),
+            fallback: LocalStore::new(cfg.store.fallback_buckets as usize),
             hasher: ahash::RandomState::with_seeds(
                 s,
                 s ^ 0x243f_6a88_85a3_08d3,
@@ -118,13 +179,18 @@ impl Limiter {
         }
     }
 
-    /// The slot table (for pre-creating slots at start).
-    pub fn table(&self) -> &SlotTable {
-        &self.table
+    /// The bucket slot table (for pre-creating slots at start).
+    pub fn table(&self) -> &SlotTable<BucketState> {
+        &self.buckets
+    }
+
+    /// The per-worker fallback.
+    pub fn fallback(&self) -> &LocalStore<BucketState> {
+        &self.fallback
     }
 
     /// Fingerprint of a verification claim (full client IP, bot id) for the verdict cache.
-    pub fn claim_fingerprint(&self, ip: std::net::IpAddr, bot_id: &str) -> u64 {
+    pub fn claim_fingerprint(&self, ip: IpAddr, bot_id: &str) -> u64 {
         let mut h = self.hasher.build_hasher();
         "claim".hash(&mut h);
         ip.hash(&mut h);
@@ -134,29 +200,89 @@ impl Limiter {
 
     /// Fingerprint of a client prefix (an address already masked to the configured prefix
     /// length) for the per-prefix spoofed count.
-    pub fn prefix_fingerprint(&self, prefix: std::net::IpAddr) -> u64 {
+    pub fn prefix_fingerprint(&self, prefix: IpAddr) -> u64 {
         let mut h = self.hasher.build_hasher();
         "prefix".hash(&mut h);
         prefix.hash(&mut h);
         h.finish()
     }
 
-    fn fingerprint(&self, limit_name: &str, key: &KeyPart<'_>) -> u64 {
+    /// The state key of one bucket: its fingerprint, and the limit's overflow value in the
+    /// per-worker fallback.
+    fn key(&self, limit_name: &str, key: &KeyPart<'_>) -> StateKey {
         let mut h = self.hasher.build_hasher();
         // The slot count is part of a bucket's identity: with another `store.slots` every
         // key gets a new fingerprint, so every bucket starts full again, as the load log
         // says (`store::record_shape`); otherwise a key whose slot happened not to move
         // would keep its old state and the others would not.
-        self.table.len().hash(&mut h);
+        self.buckets.len().hash(&mut h);
         limit_name.hash(&mut h);
+        let overflow = h.clone();
         key.hash(&mut h);
-        h.finish()
+        let mut o = overflow;
+        "overflow".hash(&mut o);
+        StateKey {
+            fp: h.finish(),
+            overflow_fp: o.finish(),
+        }
+    }
+
+    /// Takes one token from `key`'s bucket under `rate`: in the shared table, else (any
+    /// [`StoreFault`], counted in `events`) in the per-worker fallback.
+    fn charge(
+        &mut self,
+        store: &dyn SharedData,
+        key: StateKey,
+        now_ns: u64,
+        rate: bucket::Rate,
+        events: &mut StoreEvents,
+    ) -> (Take, Option<Placed>) {
+        let take = |s: Option<BucketState>| match bucket::take(s, now_ns, rate) {
+            t @ Take::Allowed { state, .. } => (t, Some(state)),
+            t => (t, None),
+        };
+        let mut shared = SharedSlots {
+            table: &self.buckets,
+            store,
+        };
+        let (t, placed) = match shared.measure_and_replace(key, now_ns, take) {
+            Ok((t, at)) => (t, Placed::Shared(at)),
+            Err(fault) => {
+                events.count(fault);
+                match self.fallback.measure_and_replace(key, now_ns, take) {
+                    Ok((t, at)) => (t, Placed::Local(at)),
+                    // The fallback never fails; strict if it ever did.
+                    Err(_) => (
+                        Take::Limited {
+                            wait_ns: rate.emission_ns,
+                        },
+                        Placed::Local(LocalPlace::Own),
+                    ),
+                }
+            }
+        };
+        let placed = matches!(t, Take::Allowed { .. }).then_some(placed);
+        (t, placed)
+    }
+
+    /// Gives back the token `charge` took (best effort: a lost refund only errs on the
+    /// strict side).
+    fn refund(&mut self, store: &dyn SharedData, key: StateKey, at: Placed, rate: bucket::Rate) {
+        let back = |s: BucketState| bucket::refund(s, rate);
+        let _ = match at {
+            Placed::Shared(at) => SharedSlots {
+                table: &self.buckets,
+                store,
+            }
+            .replace_at(key, at, back),
+            Placed::Local(at) => self.fallback.replace_at(key, at, back),
+        };
     }
 }
 
 #[derive(Hash)]
 enum KeyPart<'a> {
-    Ip(std::net::IpAddr),
+    Ip(IpAddr),
     UnknownIp,
     Global,
     /// One value of the key header; `None` = absent or blank.
@@ -188,48 +314,28 @@ pub fn key_values(lines: &[Vec<u8>]) -> Vec<&[u8]> {
     out
 }
 
-/// Strips the query string (and fragment) from `:path`.
-pub fn path_only(path: &[u8]) -> &[u8] {
-    let end = path
-        .iter()
-        .position(|b| *b == b'?' || *b == b'#')
-        .unwrap_or(path.len());
-    path.get(..end).unwrap_or(path)
-}
-
-/// Decides `req` of class `class` at `now_ns`: exempt, else charges every matching limit in
-/// order; if one is empty, refunds the ones already charged and rejects (or shadow-rejects).
-/// A key header naming more than [`MAX_KEY_VALUES`] values makes the request malformed, with
-/// the same refund.
-/// `random` feeds the Retry-After jitter; it is called only on a rejection (it may be a host
-/// call).
+/// Decides a request of class `class` at `now_ns`: charges every limit matching its class
+/// and route, in configuration order; if one is empty, refunds the ones already charged and
+/// rejects (or shadow-rejects). A key header naming more than [`MAX_KEY_VALUES`] values
+/// makes the request malformed, with the same refund. `random` feeds the Retry-After
+/// jitter; it is called only on a rejection.
 pub fn decide(
     cfg: &Config,
     limiter: &mut Limiter,
     store: &dyn SharedData,
-    req: &Request<'_>,
+    req: &RequestKeys<'_>,
     class: Class,
     now_ns: u64,
     random: &mut dyn FnMut() -> u32,
-) -> Outcome {
-    let path = path_only(req.path);
-    let route = cfg.route_of(path);
+) -> LimitResult {
+    let route = req.route;
     let mut events = StoreEvents::default();
-    if cfg.exempt_paths.iter().any(|p| p.as_bytes() == path) {
-        return Outcome {
-            route,
-            decision: Decision::Exempt,
-            store: events,
-        };
-    }
-    let mut ip: Option<Option<std::net::IpAddr>> = None;
-    let mut charged: Vec<(u64, usize, Charge)> = Vec::new();
+    let mut charged: Vec<(StateKey, usize, Placed)> = Vec::new();
     let mut decision = Decision::Allowed;
     for (i, limit) in cfg.limits.iter().enumerate() {
         if limit.class.is_some_and(|c| c != class) || limit.route.is_some_and(|r| r != route) {
             continue;
         }
-        let header_lines;
         let header_keys: Vec<KeyPart<'_>>;
         // One key for client_ip/global (no allocation); one per distinct header value.
         let one_key;
@@ -239,16 +345,11 @@ pub fn decide(
                 std::slice::from_ref(&one_key)
             }
             KeyKind::ClientIp => {
-                let ip = *ip.get_or_insert_with(|| {
-                    client_ip::client_ip(&cfg.client_ip, req.remote_address, req.xff)
-                        .map(|a| client_ip::masked(a, &cfg.client_ip))
-                });
-                one_key = ip.map_or(KeyPart::UnknownIp, KeyPart::Ip);
+                one_key = req.client.map_or(KeyPart::UnknownIp, KeyPart::Ip);
                 std::slice::from_ref(&one_key)
             }
             KeyKind::Header(name) => {
-                header_lines = (req.header)(name);
-                let values = key_values(&header_lines);
+                let values = key_values(req.header_lines(name));
                 if values.len() > MAX_KEY_VALUES {
                     decision = match cfg.mode {
                         Mode::Enforce => Decision::Malformed { limit: i },
@@ -267,28 +368,14 @@ pub fn decide(
                 &header_keys
             }
         };
-        for key in keys {
-            let fp = limiter.fingerprint(&limit.name, key);
-            let c = store::charge(
-                &limiter.table,
-                store,
-                &mut limiter.local,
-                fp,
-                now_ns,
-                limit.rate,
-            );
-            match c.fallback {
-                None => {}
-                Some(Fallback::StoreError) => events.errors += 1,
-                Some(Fallback::CasExhausted) => events.cas_exhausted += 1,
-                Some(Fallback::Collision) => events.collisions += 1,
-                Some(Fallback::CorruptSlot) => events.corrupt += 1,
-            }
-            match c.take {
-                Take::Allowed { .. } => charged.push((fp, i, c)),
-                Take::Limited { wait_ns } => {
+        for part in keys {
+            let key = limiter.key(&limit.name, part);
+            match limiter.charge(store, key, now_ns, limit.rate, &mut events) {
+                (Take::Allowed { .. }, Some(at)) => charged.push((key, i, at)),
+                (Take::Allowed { .. }, None) => {}
+                (Take::Limited { wait_ns }, _) => {
                     let policy = cfg.policy(class);
-                    let reject = Reject {
+                    let over = OverLimit {
                         limit: i,
                         status: policy.reject_status,
                         retry_after_s: respond::retry_after_s(
@@ -298,8 +385,8 @@ pub fn decide(
                         ),
                     };
                     decision = match cfg.mode {
-                        Mode::Enforce => Decision::Limited(reject),
-                        Mode::Shadow => Decision::ShadowLimited(reject),
+                        Mode::Enforce => Decision::Limited(over),
+                        Mode::Shadow => Decision::ShadowLimited(over),
                     };
                     break;
                 }
@@ -311,20 +398,13 @@ pub fn decide(
     }
     if decision != Decision::Allowed {
         // A rejected request consumes nothing.
-        for (fp, i, c) in &charged {
-            if let Some(limit) = cfg.limits.get(*i) {
-                store::refund(
-                    &limiter.table,
-                    store,
-                    &mut limiter.local,
-                    *fp,
-                    c,
-                    limit.rate,
-                );
+        for (key, i, at) in charged {
+            if let Some(limit) = cfg.limits.get(i) {
+                limiter.refund(store, key, at, limit.rate);
             }
         }
     }
-    Outcome {
+    LimitResult {
         route,
         decision,
         store: events,
@@ -335,22 +415,53 @@ pub fn decide(
 mod tests {
     use super::*;
     use crate::bucket::NS_PER_S;
+    use crate::client_ip;
     use crate::config;
     use crate::store::mem::{Fault, MemStore};
 
     const T0: u64 = 1_700_000_000 * NS_PER_S;
 
-    fn no_headers(_: &str) -> Vec<Vec<u8>> {
-        Vec::new()
+    /// A request as the limiter sees it, owning its data.
+    struct TestReq {
+        path: &'static str,
+        remote: String,
+        headers: Vec<(&'static str, Vec<Vec<u8>>)>,
     }
 
-    fn req<'a>(path: &'a str, remote: &'a str) -> Request<'a> {
-        Request {
-            path: path.as_bytes(),
-            remote_address: Some(remote.as_bytes()),
-            xff: None,
-            header: &no_headers,
+    fn req(path: &'static str, remote: &str) -> TestReq {
+        TestReq {
+            path,
+            remote: remote.to_string(),
+            headers: Vec::new(),
         }
+    }
+
+    /// A request to `/` from 1.1.1.1 whose `x-api-key` header has these lines.
+    fn keyed(lines: &[&[u8]]) -> TestReq {
+        TestReq {
+            headers: vec![("x-api-key", lines.iter().map(|l| l.to_vec()).collect())],
+            ..req("/", "1.1.1.1:1")
+        }
+    }
+
+    fn keys<'a>(cfg: &Config, r: &'a TestReq) -> RequestKeys<'a> {
+        let path = r.path.split(['?', '#']).next().unwrap_or_default();
+        RequestKeys {
+            route: cfg.route_of(path.as_bytes()),
+            client: client_ip::client_ip(&cfg.client_ip, Some(r.remote.as_bytes()), None)
+                .map(|a| client_ip::masked(a, &cfg.client_ip)),
+            key_headers: &r.headers,
+        }
+    }
+
+    fn run(
+        cfg: &Config,
+        lim: &mut Limiter,
+        store: &MemStore,
+        r: &TestReq,
+        class: Class,
+    ) -> LimitResult {
+        decide(cfg, lim, store, &keys(cfg, r), class, T0, &mut || 0)
     }
 
     fn setup(json: &str) -> (Config, Limiter, MemStore) {
@@ -365,14 +476,12 @@ mod tests {
         cfg: &Config,
         lim: &mut Limiter,
         store: &MemStore,
-        r: &Request<'_>,
+        r: &TestReq,
         class: Class,
         n: usize,
     ) -> usize {
         (0..n)
-            .filter(|_| {
-                decide(cfg, lim, store, r, class, T0, &mut || 0).decision == Decision::Allowed
-            })
+            .filter(|_| run(cfg, lim, store, r, class).decision == Decision::Allowed)
             .count()
     }
 
@@ -424,13 +533,13 @@ mod tests {
         );
         let r = req("/x?q=1", "10.0.0.1:5");
         assert_eq!(
-            decide(&cfg, &mut lim, &store, &r, Class::Script, T0, &mut || 0).decision,
+            run(&cfg, &mut lim, &store, &r, Class::Script).decision,
             Decision::Allowed
         );
         // 0.1/s: next token in exactly 10 s.
         assert_eq!(
-            decide(&cfg, &mut lim, &store, &r, Class::Script, T0, &mut || 0).decision,
-            Decision::Limited(Reject {
+            run(&cfg, &mut lim, &store, &r, Class::Script).decision,
+            Decision::Limited(OverLimit {
                 limit: 0,
                 status: 503,
                 retry_after_s: 10
@@ -444,46 +553,19 @@ mod tests {
     }
 
     #[test]
-    fn exempt_paths_take_no_token_and_ignore_query() {
-        let (cfg, mut lim, store) = setup(TWO_LIMITS);
-        let r = req("/", "1.2.3.4:1");
-        assert_eq!(
-            count_allowed(&cfg, &mut lim, &store, &r, Class::Human, 10),
-            5
-        );
-        for p in [
-            "/robots.txt",
-            "/robots.txt?x=1",
-            "/sitemap.xml",
-            "/sitemap_index.xml",
-        ] {
-            let e = req(p, "1.2.3.4:1");
-            assert_eq!(
-                decide(&cfg, &mut lim, &store, &e, Class::Human, T0, &mut || 0).decision,
-                Decision::Exempt
-            );
-        }
-        let not = req("/robots.txt.bak", "1.2.3.4:1");
-        assert!(matches!(
-            decide(&cfg, &mut lim, &store, &not, Class::Human, T0, &mut || 0).decision,
-            Decision::Limited(_)
-        ));
-    }
-
-    #[test]
     fn shadow_mode_never_rejects_but_reports() {
         let (cfg, mut lim, store) = setup(
             r#"{"mode":"shadow","limits":[{"name":"s","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"global"}]}"#,
         );
         let r = req("/", "1.2.3.4:1");
         let v: Vec<_> = (0..4)
-            .map(|_| decide(&cfg, &mut lim, &store, &r, Class::Human, T0, &mut || 0).decision)
+            .map(|_| run(&cfg, &mut lim, &store, &r, Class::Human).decision)
             .collect();
         assert_eq!(v[0], Decision::Allowed);
         assert_eq!(v[1], Decision::Allowed);
         assert!(matches!(
             v[2],
-            Decision::ShadowLimited(Reject {
+            Decision::ShadowLimited(OverLimit {
                 limit: 0,
                 status: 429,
                 ..
@@ -497,91 +579,34 @@ mod tests {
         let (cfg, mut lim, store) = setup(
             r#"{"limits":[{"name":"k","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"header:x-api-key"}]}"#,
         );
-        let key_a = |n: &str| {
-            if n == "x-api-key" {
-                vec![b"a".to_vec()]
-            } else {
-                vec![]
-            }
-        };
-        let key_b = |n: &str| {
-            if n == "x-api-key" {
-                vec![b"b".to_vec()]
-            } else {
-                vec![]
-            }
-        };
-        let mk = |h: &'static dyn Fn(&str) -> Vec<Vec<u8>>| Request {
-            path: b"/",
-            remote_address: Some(b"1.1.1.1:1"),
-            xff: None,
-            header: h,
-        };
-        let ra = mk(Box::leak(Box::new(key_a)));
-        let rb = mk(Box::leak(Box::new(key_b)));
-        let rn = mk(&no_headers);
-        assert_eq!(
-            count_allowed(&cfg, &mut lim, &store, &ra, Class::Human, 5),
-            2
-        );
-        assert_eq!(
-            count_allowed(&cfg, &mut lim, &store, &rb, Class::Human, 5),
-            2
-        );
-        assert_eq!(
-            count_allowed(&cfg, &mut lim, &store, &rn, Class::Human, 5),
-            2
-        );
-        // An exhausted key listed behind a fresh one (second line, or comma list) is still
-        // charged: the request is rejected and the fresh key keeps its tokens.
-        let lines = |v: &'static [&'static [u8]]| {
-            move |n: &str| -> Vec<Vec<u8>> {
-                if n == "x-api-key" {
-                    v.iter().map(|b| b.to_vec()).collect()
-                } else {
-                    vec![]
-                }
-            }
-        };
-        let rp = mk(Box::leak(Box::new(lines(&[b"fresh", b"a"]))));
-        assert_eq!(
-            count_allowed(&cfg, &mut lim, &store, &rp, Class::Human, 3),
-            0
-        );
-        let rl = mk(Box::leak(Box::new(lines(&[b" fresh , , a "]))));
-        assert_eq!(
-            count_allowed(&cfg, &mut lim, &store, &rl, Class::Human, 3),
-            0
-        );
-        let rf = mk(Box::leak(Box::new(lines(&[b"fresh"]))));
-        assert_eq!(
-            count_allowed(&cfg, &mut lim, &store, &rf, Class::Human, 5),
-            2
-        );
-        // A blank header is the same key as a missing one (exhausted above).
-        let rb = mk(Box::leak(Box::new(lines(&[b"  "]))));
-        assert_eq!(
-            count_allowed(&cfg, &mut lim, &store, &rb, Class::Human, 2),
-            0
-        );
+        for (r, n, want) in [
+            (keyed(&[b"a"]), 5, 2),
+            (keyed(&[b"b"]), 5, 2),
+            (req("/", "1.1.1.1:1"), 5, 2),
+            // An exhausted key listed behind a fresh one (second line, or comma list) is
+            // still charged: the request is rejected and the fresh key keeps its tokens.
+            (keyed(&[b"fresh", b"a"]), 3, 0),
+            (keyed(&[b" fresh , , a "]), 3, 0),
+            (keyed(&[b"fresh"]), 5, 2),
+            // A blank header is the same key as a missing one (exhausted above).
+            (keyed(&[b"  "]), 2, 0),
+        ] {
+            assert_eq!(
+                count_allowed(&cfg, &mut lim, &store, &r, Class::Human, n),
+                want,
+                "{:?}",
+                r.headers
+            );
+        }
     }
 
     /// `n` distinct key values `k0`..`k<n-1>`, one per line, after `first`.
-    fn many_values(first: &'static [u8], n: usize) -> Request<'static> {
+    fn many_values(first: &[u8], n: usize) -> TestReq {
         let mut v: Vec<Vec<u8>> = vec![first.to_vec()];
         v.extend((0..n).map(|i| format!("k{i}").into_bytes()));
-        let h = move |name: &str| {
-            if name == "x-api-key" {
-                v.clone()
-            } else {
-                vec![]
-            }
-        };
-        Request {
-            path: b"/",
-            remote_address: Some(b"1.1.1.1:1"),
-            xff: None,
-            header: Box::leak(Box::new(h)),
+        TestReq {
+            headers: vec![("x-api-key", v)],
+            ..req("/", "1.1.1.1:1")
         }
     }
 
@@ -601,7 +626,7 @@ mod tests {
         let padded = many_values(b"a", MAX_KEY_VALUES);
         for _ in 0..3 {
             assert_eq!(
-                decide(&cfg, &mut lim, &store, &padded, Class::Human, T0, &mut || 0).decision,
+                run(&cfg, &mut lim, &store, &padded, Class::Human).decision,
                 Decision::Malformed { limit: 1 }
             );
         }
@@ -635,7 +660,7 @@ mod tests {
         let (cfg, mut lim, store) = setup(&format!("{{\"mode\":\"shadow\",{LIMITS}}}"));
         for _ in 0..3 {
             assert_eq!(
-                decide(&cfg, &mut lim, &store, &padded, Class::Human, T0, &mut || 0).decision,
+                run(&cfg, &mut lim, &store, &padded, Class::Human).decision,
                 Decision::ShadowMalformed { limit: 1 }
             );
         }
@@ -713,7 +738,7 @@ mod tests {
             store.fault.set(fault);
             let r = req("/", "9.9.9.9:1");
             let outs: Vec<_> = (0..8)
-                .map(|_| decide(&cfg, &mut lim, &store, &r, Class::Human, T0, &mut || 0))
+                .map(|_| run(&cfg, &mut lim, &store, &r, Class::Human))
                 .collect();
             let allowed = outs
                 .iter()
@@ -723,15 +748,144 @@ mod tests {
             assert!(outs.iter().all(|o| o.store.fell_back()), "{fault:?}");
             assert!(outs.iter().all(|o| matches!(
                 o.decision,
-                Decision::Allowed | Decision::Limited(Reject { status: 429, .. })
+                Decision::Allowed | Decision::Limited(OverLimit { status: 429, .. })
             )));
         }
     }
 
+    /// A limiter with `slots` bucket slots and a 16-key fallback, over a fresh store.
+    fn bare(slots: u32) -> (Limiter, MemStore) {
+        let cfg = config::parse(
+            format!(r#"{{"store":{{"slots":{slots},"cas_retries":4,"fallback_buckets":16}}}}"#)
+                .as_bytes(),
+        )
+        .expect("valid config");
+        let lim = Limiter::new(&cfg);
+        let store = MemStore::default();
+        assert_eq!(lim.table().precreate(&store), Ok(slots as usize));
+        (lim, store)
+    }
+
+    fn fp_key(fp: u64) -> StateKey {
+        StateKey { fp, overflow_fp: 0 }
+    }
+
+    /// Charges key `fp` once: (allowed, store events).
+    fn charge(
+        lim: &mut Limiter,
+        store: &MemStore,
+        fp: u64,
+        now: u64,
+        rate: Rate,
+    ) -> (bool, StoreEvents) {
+        let mut ev = StoreEvents::default();
+        let (t, _) = lim.charge(store, fp_key(fp), now, rate, &mut ev);
+        (matches!(t, Take::Allowed { .. }), ev)
+    }
+
+    use crate::bucket::Rate;
+
     #[test]
-    fn path_only_strips_query_and_fragment() {
-        assert_eq!(path_only(b"/a?b#c"), b"/a");
-        assert_eq!(path_only(b"/a#c?d"), b"/a");
-        assert_eq!(path_only(b""), b"");
+    fn a_shared_bucket_allows_exactly_burst_and_memory_is_bounded_by_slots() {
+        let (mut lim, store) = bare(128);
+        let rate = Rate::new(1.0, 5);
+        let n = (0..20)
+            .filter(|_| charge(&mut lim, &store, 77, T0, rate).0)
+            .count();
+        assert_eq!(n, 5);
+        assert!(lim.fallback().is_empty());
+        for fp in 1..10_000u64 {
+            let _ = charge(&mut lim, &store, fp, T0 + fp, rate);
+        }
+        assert_eq!(store.len(), 128);
+        assert!(lim.fallback().len() <= 16);
+    }
+
+    #[test]
+    fn colliding_keys_are_not_merged_and_an_idle_slot_is_taken_over() {
+        // One slot: both candidates are the same slot.
+        let (mut lim, store) = bare(1);
+        let rate = Rate::new(1.0, 2);
+        assert!(charge(&mut lim, &store, 1, T0, rate).0);
+        // Key 2 cannot share key 1's active bucket: it falls back, counted as a collision,
+        // and still gets its own full burst.
+        let (ok, ev) = charge(&mut lim, &store, 2, T0, rate);
+        assert!(ok);
+        assert_eq!(ev.collisions, 1);
+        assert!(charge(&mut lim, &store, 2, T0, rate).0);
+        assert!(!charge(&mut lim, &store, 2, T0, rate).0);
+        // Key 1 still has exactly one token left.
+        assert!(charge(&mut lim, &store, 1, T0, rate).0);
+        assert!(!charge(&mut lim, &store, 1, T0, rate).0);
+        // Two seconds later key 1's bucket is full again, so key 3 may own the slot.
+        let (ok, ev) = charge(&mut lim, &store, 3, T0 + 2 * NS_PER_S, rate);
+        assert!(ok);
+        assert!(!ev.fell_back());
+    }
+
+    #[test]
+    fn store_faults_fall_back_to_a_local_bucket_with_the_same_limit() {
+        let (mut lim, store) = bare(8);
+        store.fault.set(Fault::Error);
+        let rate = Rate::new(1.0, 3);
+        let charges: Vec<_> = (0..5)
+            .map(|_| charge(&mut lim, &store, 9, T0, rate))
+            .collect();
+        assert!(charges.iter().all(|(_, ev)| ev.errors == 1));
+        assert_eq!(charges.iter().filter(|(ok, _)| *ok).count(), 3);
+    }
+
+    #[test]
+    fn cas_always_mismatching_falls_back_after_bounded_retries() {
+        let (mut lim, store) = bare(8);
+        store.fault.set(Fault::CasMismatch);
+        let rate = Rate::new(1.0, 2);
+        store.calls.set(0);
+        let (ok, ev) = charge(&mut lim, &store, 9, T0, rate);
+        assert!(ok);
+        assert_eq!(ev.cas_exhausted, 1);
+        // 5 attempts (1 + cas_retries 4), each: get slot a (free), get slot b (to be sure
+        // the key does not already own it), one set.
+        assert_eq!(store.calls.get(), 15);
+        assert!(charge(&mut lim, &store, 9, T0, rate).0);
+        assert!(!charge(&mut lim, &store, 9, T0, rate).0);
+    }
+
+    #[test]
+    fn truncated_slot_bytes_are_overwritten_and_still_limit() {
+        let (mut lim, store) = bare(8);
+        store.fault.set(Fault::Truncate);
+        let rate = Rate::new(1.0, 2);
+        let charges: Vec<_> = (0..5)
+            .map(|_| charge(&mut lim, &store, 9, T0, rate))
+            .collect();
+        // Every read is truncated: each charge is decided by the local bucket, which still
+        // limits at the same burst.
+        assert!(charges.iter().all(|(_, ev)| ev.corrupt == 1));
+        assert_eq!(charges.iter().filter(|(ok, _)| *ok).count(), 2);
+        // Once the store is healthy again the reset slot is used normally.
+        store.fault.set(Fault::None);
+        let (_, ev) = charge(&mut lim, &store, 10, T0, rate);
+        assert!(!ev.fell_back());
+    }
+
+    #[test]
+    fn refund_restores_shared_and_local_tokens() {
+        let (mut lim, store) = bare(8);
+        let rate = Rate::new(1.0, 1);
+        let mut ev = StoreEvents::default();
+        let (_, at) = lim.charge(&store, fp_key(5), T0, rate, &mut ev);
+        let at = at.expect("allowed");
+        assert!(matches!(at, Placed::Shared(_)));
+        assert!(!charge(&mut lim, &store, 5, T0, rate).0);
+        lim.refund(&store, fp_key(5), at, rate);
+        assert!(charge(&mut lim, &store, 5, T0, rate).0);
+
+        store.fault.set(Fault::Error);
+        let (_, at) = lim.charge(&store, fp_key(6), T0, rate, &mut ev);
+        let at = at.expect("allowed");
+        assert_eq!(at, Placed::Local(LocalPlace::Own));
+        lim.refund(&store, fp_key(6), at, rate);
+        assert!(charge(&mut lim, &store, 6, T0, rate).0);
     }
 }
