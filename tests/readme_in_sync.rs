@@ -84,3 +84,103 @@ fn every_example_configuration_is_accepted() {
     }
     assert!(n >= 1);
 }
+
+/// The cells of every README table row whose first cell is a backticked name.
+fn table_rows(text: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn readme_configuration_defaults_are_the_embedded_defaults() {
+    let text = readme();
+    let defaults: serde_json::Value =
+        serde_json::from_str(crawlguard::config::DEFAULT_CONFIG_JSON).expect("default JSON");
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for row in table_rows(&text) {
+        let [field, _type, default, ..] = row.as_slice() else {
+            continue;
+        };
+        let field = field.trim_matches('`');
+        // Only rows of the configuration reference: a field path and a literal default.
+        let Some(literal) = default.strip_prefix('`').and_then(|d| d.strip_suffix('`')) else {
+            continue;
+        };
+        if field.starts_with("crawlguard.") || field.contains('<') || field.contains('[') {
+            continue;
+        }
+        let Ok(want) = serde_json::from_str::<serde_json::Value>(literal) else {
+            continue;
+        };
+        let pointer = format!("/{}", field.replace('.', "/"));
+        match defaults.pointer(&pointer) {
+            Some(have) if *have == want => checked += 1,
+            have => wrong.push(format!(
+                "{field}: README says {literal}, default is {have:?}"
+            )),
+        }
+    }
+    assert!(wrong.is_empty(), "README defaults drifted: {wrong:#?}");
+    assert!(checked >= 25, "only {checked} rows checked");
+}
+
+#[test]
+fn readme_class_policies_and_default_limits_are_the_defaults() {
+    let text = readme();
+    let cfg = crawlguard::config::parse(b"").expect("default config");
+    let mut classes = 0;
+    let mut limits = 0;
+    for row in table_rows(&text) {
+        let name = row[0].trim_matches('`');
+        // The class table's third cell reads `min..max +0..jitter`.
+        if let (Some(class), [_, _, ra, status]) =
+            (crawlguard::classify::Class::parse(name), row.as_slice())
+        {
+            if !ra.contains(" +0..") {
+                continue;
+            }
+            let p = cfg.policy(class);
+            let r = p.retry_after;
+            assert_eq!(
+                (ra.as_str(), status.as_str()),
+                (
+                    format!("{}..{} +0..{}", r.min_s, r.max_s, r.jitter_s).as_str(),
+                    p.reject_status.to_string().as_str()
+                ),
+                "class {name}"
+            );
+            classes += 1;
+        }
+        if let Some(l) = cfg.limits.iter().find(|l| l.name == name) {
+            let [_, class, rate, burst, key] = row.as_slice() else {
+                panic!("limit row {row:?}");
+            };
+            assert_eq!(
+                (
+                    class.as_str(),
+                    rate.parse::<f64>().ok(),
+                    burst.parse::<u32>().ok(),
+                    key.as_str()
+                ),
+                (
+                    l.class.map_or("*", |c| c.as_str()),
+                    Some(l.rate_per_s),
+                    Some(l.burst),
+                    l.key.kind_str()
+                ),
+                "limit {name}"
+            );
+            limits += 1;
+        }
+    }
+    assert_eq!(classes, 8);
+    assert_eq!(limits, cfg.limits.len());
+}

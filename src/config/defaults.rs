@@ -1,0 +1,138 @@
+//! Every default of the configuration, in one place. `envoy/crawlguard.default.json` spells
+//! out the same values (a test keeps them equal), and the README's reference table is
+//! checked against that file.
+
+use super::raw::RawLimit;
+use super::{
+    ClassPolicy, ClientIpConfig, IpSource, OnError, RetryAfter, RewriteConfig, StoreConfig,
+    VerifierConfig,
+};
+use crate::classify::Class;
+
+/// Never used (see [`Config::policy`]); the human defaults.
+pub(super) const FALLBACK_POLICY: ClassPolicy = ClassPolicy {
+    retry_after: RetryAfter {
+        min_s: 1,
+        max_s: 60,
+        jitter_s: 2,
+    },
+    reject_status: 429,
+};
+
+pub(super) fn default_policy(class: Class) -> ClassPolicy {
+    let (min_s, max_s, jitter_s) = match class {
+        Class::SearchCrawler => (1, 60, 5),
+        Class::AiRetriever => (1, 30, 3),
+        Class::Human => (1, 60, 2),
+        Class::Script => (1, 300, 10),
+        Class::AiTrainer | Class::OtherBot | Class::UnverifiedBot => (5, 600, 30),
+        Class::Spoofed => (60, 3600, 120),
+    };
+    ClassPolicy {
+        retry_after: RetryAfter {
+            min_s,
+            max_s,
+            jitter_s,
+        },
+        reject_status: 429,
+    }
+}
+
+pub(super) fn default_limits() -> Vec<RawLimit> {
+    let l = |name: &str, class: &str, rate_per_s: f64, burst: u32, key: &str| RawLimit {
+        name: name.into(),
+        class: class.into(),
+        route: "*".into(),
+        rate_per_s,
+        burst,
+        key: key.into(),
+    };
+    vec![
+        l("human_per_ip", "human", 20.0, 100, "client_ip"),
+        l("script_per_ip", "script", 1.0, 10, "client_ip"),
+        l(
+            "search_crawler_per_ip",
+            "search_crawler",
+            10.0,
+            50,
+            "client_ip",
+        ),
+        l("ai_retriever_per_ip", "ai_retriever", 5.0, 20, "client_ip"),
+        l("ai_trainer_per_ip", "ai_trainer", 1.0, 5, "client_ip"),
+        l("other_bot_per_ip", "other_bot", 1.0, 10, "client_ip"),
+        l(
+            "unverified_bot_per_ip",
+            "unverified_bot",
+            0.5,
+            5,
+            "client_ip",
+        ),
+        l(
+            "unverified_bot_global",
+            "unverified_bot",
+            20.0,
+            100,
+            "global",
+        ),
+        l("spoofed_per_ip", "spoofed", 0.1, 2, "client_ip"),
+    ]
+}
+
+pub(super) fn default_exempt_paths() -> Vec<String> {
+    ["/robots.txt", "/sitemap.xml", "/sitemap_index.xml"]
+        .into_iter()
+        .map(String::from)
+        .collect()
+}
+
+/// Default request header carrying the class upstream.
+pub const DEFAULT_CLASS_HEADER: &str = "x-crawler-class";
+
+impl Default for ClientIpConfig {
+    fn default() -> Self {
+        ClientIpConfig {
+            source: IpSource::RemoteAddress,
+            xff_trusted_hops: 1,
+            ipv4_prefix_len: 32,
+            ipv6_prefix_len: 64,
+        }
+    }
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            slots: 16_384,
+            cas_retries: 8,
+            hash_seed: 0x6372_6177_6c67_7561,
+            fallback_buckets: 10_000,
+        }
+    }
+}
+
+impl Default for VerifierConfig {
+    fn default() -> Self {
+        VerifierConfig {
+            enabled: true,
+            cluster: "crawlguard_verifier".into(),
+            authority: "crawlguard-verifier".into(),
+            timeout_ms: 500,
+            on_error: OnError::UnverifiedBot,
+            cache_slots: 8_192,
+            max_ttl_s: 86_400,
+            unknown_ttl_s: 30,
+            error_ttl_s: 10,
+            stale_if_error_s: 86_400,
+            max_spoofed_per_prefix: 4,
+        }
+    }
+}
+
+impl Default for RewriteConfig {
+    fn default() -> Self {
+        RewriteConfig {
+            enabled: true,
+            statuses: vec![429, 503],
+        }
+    }
+}

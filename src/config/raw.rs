@@ -1,0 +1,63 @@
+//! The configuration document as serde reads it: every field optional (its default comes
+//! from `defaults.rs`), unknown fields refused. `compile.rs` turns it into [`super::Config`].
+
+use super::{BotsMode, ClientIpConfig, Mode, RewriteConfig, Route, StoreConfig, VerifierConfig};
+use crate::classify::BotEntry;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    #[serde(default)]
+    pub(super) mode: Mode,
+    #[serde(default)]
+    pub(super) client_ip: ClientIpConfig,
+    #[serde(default)]
+    pub(super) bots: Vec<BotEntry>,
+    #[serde(default)]
+    pub(super) bots_mode: BotsMode,
+    #[serde(default)]
+    pub(super) classes: BTreeMap<String, RawClassPolicy>,
+    #[serde(default)]
+    pub(super) routes: Vec<Route>,
+    pub(super) limits: Option<Vec<RawLimit>>,
+    pub(super) exempt_paths: Option<Vec<String>>,
+    pub(super) class_header: Option<String>,
+    #[serde(default)]
+    pub(super) ratelimit_headers: bool,
+    #[serde(default)]
+    pub(super) store: StoreConfig,
+    #[serde(default)]
+    pub(super) verifier: VerifierConfig,
+    #[serde(default)]
+    pub(super) rewrite: RewriteConfig,
+    #[serde(default)]
+    pub(super) degraded: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawClassPolicy {
+    pub(super) retry_after: Option<RawRetryAfter>,
+    pub(super) reject_status: Option<u16>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRetryAfter {
+    pub(super) min_s: Option<u32>,
+    pub(super) max_s: Option<u32>,
+    pub(super) jitter_s: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimit {
+    pub(super) name: String,
+    pub(super) class: String,
+    pub(super) route: String,
+    pub(super) rate_per_s: f64,
+    pub(super) burst: u32,
+    pub(super) key: String,
+}
