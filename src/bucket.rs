@@ -100,8 +100,15 @@ fn rebase(state: BucketState, now_ns: u64) -> BucketState {
 /// the stored u64 is refused as `Limited`, never allowed; config validation keeps every
 /// valid limit far from that (see `config::MAX_REFILL_S`).
 pub fn take(state: Option<BucketState>, now_ns: u64, rate: Rate) -> Take {
+    take_n(state, now_ns, rate, 1)
+}
+
+/// Takes `n` tokens at once (a cost-based reservation; `n` >= 1, at most `burst` or it is
+/// never admitted), all or nothing; the same exact u128 comparison as [`take`].
+pub fn take_n(state: Option<BucketState>, now_ns: u64, rate: Rate, n: u32) -> Take {
     let s = rebase(state.unwrap_or_default(), now_ns);
-    let new_tat = u128::from(s.tat_ns.max(now_ns)) + u128::from(rate.emission_ns);
+    let new_tat =
+        u128::from(s.tat_ns.max(now_ns)) + u128::from(rate.emission_ns) * u128::from(n.max(1));
     let horizon = u128::from(now_ns) + rate.capacity_ns();
     if new_tat > horizon {
         return Take::Limited {
@@ -129,6 +136,27 @@ pub fn refund(state: BucketState, rate: Rate) -> BucketState {
     BucketState {
         tat_ns: state.tat_ns.saturating_sub(rate.emission_ns),
         last_ns: state.last_ns,
+    }
+}
+
+/// Gives back `n` tokens taken earlier (a cost settled below its reservation).
+pub fn refund_n(state: BucketState, rate: Rate, n: u32) -> BucketState {
+    let back = u128::from(rate.emission_ns) * u128::from(n);
+    BucketState {
+        tat_ns: u64::try_from(u128::from(state.tat_ns).saturating_sub(back)).unwrap_or(0),
+        last_ns: state.last_ns,
+    }
+}
+
+/// Charges `n` more tokens unconditionally (a cost settled above its reservation): the
+/// bucket may go into debt, past empty, which delays its next admission by the excess. A
+/// state past the end of u64 time saturates there (strict: the key stays limited).
+pub fn charge_debt(state: BucketState, now_ns: u64, rate: Rate, n: u32) -> BucketState {
+    let s = rebase(state, now_ns);
+    let tat = u128::from(s.tat_ns.max(now_ns)) + u128::from(rate.emission_ns) * u128::from(n);
+    BucketState {
+        tat_ns: u64::try_from(tat).unwrap_or(u64::MAX),
+        last_ns: now_ns,
     }
 }
 
@@ -320,5 +348,40 @@ mod tests {
         };
         assert!(!is_full(st, T0));
         assert!(is_full(st, T0 + NS_PER_S));
+    }
+
+    #[test]
+    fn take_n_is_all_or_nothing_and_debt_delays_the_next_admission() {
+        let rate = Rate::new(10.0, 100); // 100 items, 10 per second (one per 100 ms)
+        let st = match take_n(None, T0, rate, 20) {
+            Take::Allowed { remaining, state } => {
+                assert_eq!(remaining, 80);
+                state
+            }
+            Take::Limited { .. } => panic!("a full bucket holds 20"),
+        };
+        // 81 do not fit in 80: nothing is taken.
+        assert_eq!(
+            take_n(Some(st), T0, rate, 81),
+            Take::Limited {
+                wait_ns: 100_000_000
+            }
+        );
+        assert_eq!(tokens(Some(st), T0, rate), 80);
+        // Settled at 100 instead of the 20 reserved: 80 more, the bucket is empty...
+        let st = charge_debt(st, T0, rate, 80);
+        assert_eq!(tokens(Some(st), T0, rate), 0);
+        // ... and 30 more put it 30 items into debt: 3 s before one token is back.
+        let st = charge_debt(st, T0, rate, 30);
+        assert_eq!(tokens(Some(st), T0 + 3 * NS_PER_S, rate), 0);
+        assert_eq!(tokens(Some(st), T0 + 3_100_000_000, rate), 1);
+        // A refund gives tokens back, never more than full.
+        assert_eq!(tokens(Some(refund_n(st, rate, 1_000)), T0, rate), 100);
+        assert_eq!(
+            take_n(None, T0, rate, 101),
+            Take::Limited {
+                wait_ns: 100_000_000
+            }
+        );
     }
 }

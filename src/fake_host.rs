@@ -180,6 +180,13 @@ impl Host for FakeHost {
             .unwrap_or_default()
     }
 
+    fn remove_response_header(&mut self, name: &str) {
+        if let Some(r) = self.cur() {
+            r.response_headers
+                .retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+        }
+    }
+
     fn send_reply(&mut self, reply: &LocalReply<'_>) -> Result<(), HostError> {
         if self.refuse_reply {
             return Err(HostError(2));

@@ -67,6 +67,8 @@ pub trait Host {
     fn response_header(&mut self, name: &str) -> Option<Vec<u8>>;
     /// Every line of response header `name`, in order.
     fn response_header_lines(&mut self, name: &str) -> Vec<Vec<u8>>;
+    /// Removes response header `name` (every line).
+    fn remove_response_header(&mut self, name: &str);
     /// Answers the current request locally (Envoy `sendLocalReply`, applied after the
     /// current callback returns). `Err` if the host refused: the caller fails open.
     fn send_reply(&mut self, reply: &LocalReply<'_>) -> Result<(), HostError>;

@@ -15,6 +15,7 @@ pub mod bucket;
 pub mod classify;
 pub mod client_ip;
 pub mod config;
+pub mod escalation;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod fake_host;
 pub mod flights;

@@ -9,7 +9,9 @@
 
 use crate::bucket::{self, BucketState, Take};
 use crate::classify::Class;
+use crate::config::{ClassPolicy, Limit};
 use crate::config::{Config, KeyKind, Mode};
+use crate::escalation::{Compliance, Visit};
 use crate::local_store::{LocalPlace, LocalStore};
 use crate::respond;
 use crate::slot_table::{read_u64, write_u64, SharedSlots, SlotRef, SlotTable, SlotValue};
@@ -20,32 +22,62 @@ use std::net::IpAddr;
 /// Shared-data key prefix of bucket slots.
 pub const BUCKET_PREFIX: &str = "cg:b:";
 
-/// A bucket in a slot: `tat_ns` (8) + `last_ns` (8), little-endian, after the table's
-/// version and owner (25 bytes in all, the layout of earlier releases).
-impl SlotValue for BucketState {
-    const LEN: usize = 16;
-    const VERSION: u8 = 1;
+/// What one limit key keeps: its bucket, and what it was told (Retry-After compliance and
+/// escalation, [`crate::escalation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KeyState {
+    /// The token bucket.
+    pub bucket: BucketState,
+    /// Retry-After compliance and escalation.
+    pub compliance: Compliance,
+}
+
+/// A key's state in a slot: `tat_ns`, `last_ns`, `told_until_ns`, `penalty_until_ns`,
+/// `forget_at_ns` (8 each), `ignored` (2), `level` (1), little-endian, after the table's
+/// version and owner (52 bytes in all).
+impl SlotValue for KeyState {
+    const LEN: usize = 43;
+    const VERSION: u8 = 2;
 
     fn encode(&self, out: &mut [u8]) {
-        write_u64(out, 0, self.tat_ns);
-        write_u64(out, 8, self.last_ns);
+        let c = &self.compliance;
+        write_u64(out, 0, self.bucket.tat_ns);
+        write_u64(out, 8, self.bucket.last_ns);
+        write_u64(out, 16, c.told_until_ns);
+        write_u64(out, 24, c.penalty_until_ns);
+        write_u64(out, 32, c.forget_at_ns);
+        if let Some(d) = out.get_mut(40..42) {
+            d.copy_from_slice(&c.ignored.to_le_bytes());
+        }
+        if let Some(d) = out.get_mut(42) {
+            *d = c.level;
+        }
     }
 
     fn decode(b: &[u8]) -> Option<Self> {
-        Some(BucketState {
-            tat_ns: read_u64(b, 0)?,
-            last_ns: read_u64(b, 8)?,
+        Some(KeyState {
+            bucket: BucketState {
+                tat_ns: read_u64(b, 0)?,
+                last_ns: read_u64(b, 8)?,
+            },
+            compliance: Compliance {
+                told_until_ns: read_u64(b, 16)?,
+                penalty_until_ns: read_u64(b, 24)?,
+                forget_at_ns: read_u64(b, 32)?,
+                ignored: u16::from_le_bytes(b.get(40..42)?.try_into().ok()?),
+                level: *b.get(42)?,
+            },
         })
     }
 
-    /// A bucket that is full again carries no information (rank 0); any other ranks 1, so
-    /// a key never takes another key's active bucket.
+    /// A key whose bucket is full again and that remembers nothing carries no information
+    /// (rank 0); any other ranks 1, so a key never takes another key's active state.
     fn rank(&self, now_ns: u64) -> u8 {
-        u8::from(!bucket::is_full(*self, now_ns))
+        u8::from(!(bucket::is_full(self.bucket, now_ns) && self.compliance.is_idle(now_ns)))
     }
 
     fn free_at_ns(&self) -> u64 {
-        self.tat_ns
+        self.bucket.tat_ns.max(self.compliance.idle_at_ns())
     }
 }
 
@@ -136,8 +168,20 @@ impl StoreEvents {
     }
 }
 
+/// A cost-based reservation of a forwarded request, settled when its response arrives
+/// ([`Limiter::settle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    /// Index of the limit in [`Config::limits`].
+    pub limit: usize,
+    /// Tokens reserved.
+    pub reserved: u32,
+    key: StateKey,
+    at: Placed,
+}
+
 /// The result of checking one request against the limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitResult {
     /// Route index (see [`Config::route_name`]).
     pub route: usize,
@@ -145,21 +189,37 @@ pub struct LimitResult {
     pub decision: Decision,
     /// Store trouble met.
     pub store: StoreEvents,
+    /// How the request relates to a Retry-After one of its keys was given: `Ignored` if any
+    /// key was told to wait longer, else `Honoured` if one came back after its wait.
+    pub visit: Visit,
+    /// The rejection was made longer by escalation (the key serves a penalty).
+    pub escalated: bool,
+    /// Cost-based reservations to settle on the response (only when forwarded).
+    pub reservations: Vec<Reservation>,
 }
 
-/// Where a charged token was taken, for a refund.
+/// Where a charged token was taken, for a refund or a settlement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Placed {
     Shared(SlotRef),
     Local(LocalPlace),
 }
 
+/// What charging one key did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Charged {
+    /// Tokens taken.
+    Allowed,
+    /// Over the limit: the Retry-After to send before jitter (clamped, maybe escalated).
+    Limited { retry_after_s: u32, escalated: bool },
+}
+
 /// Per-worker limiter state: the bucket slot table, the per-worker fallback and the keyed
 /// hasher.
 #[derive(Debug)]
 pub struct Limiter {
-    buckets: SlotTable<BucketState>,
-    fallback: LocalStore<BucketState>,
+    buckets: SlotTable<KeyState>,
+    fallback: LocalStore<KeyState>,
     hasher: ahash::RandomState,
 }
 
@@ -180,12 +240,12 @@ impl Limiter {
     }
 
     /// The bucket slot table (for pre-creating slots at start).
-    pub fn table(&self) -> &SlotTable<BucketState> {
+    pub fn table(&self) -> &SlotTable<KeyState> {
         &self.buckets
     }
 
     /// The per-worker fallback.
-    pub fn fallback(&self) -> &LocalStore<BucketState> {
+    pub fn fallback(&self) -> &LocalStore<KeyState> {
         &self.fallback
     }
 
@@ -227,48 +287,114 @@ impl Limiter {
         }
     }
 
-    /// Takes one token from `key`'s bucket under `rate`: in the shared table, else (any
-    /// [`StoreFault`], counted in `events`) in the per-worker fallback.
+    /// Changes `key`'s state with `f`: in the shared table, else (any [`StoreFault`],
+    /// counted in `events`) in the per-worker fallback, which never fails.
+    fn update<T>(
+        &mut self,
+        store: &dyn SharedData,
+        key: StateKey,
+        now_ns: u64,
+        events: &mut StoreEvents,
+        mut f: impl FnMut(Option<KeyState>) -> (T, Option<KeyState>),
+    ) -> Option<(T, Placed)> {
+        let mut shared = SharedSlots {
+            table: &self.buckets,
+            store,
+        };
+        match shared.measure_and_replace(key, now_ns, &mut f) {
+            Ok((t, at)) => Some((t, Placed::Shared(at))),
+            Err(fault) => {
+                events.count(fault);
+                self.fallback
+                    .measure_and_replace(key, now_ns, &mut f)
+                    .ok()
+                    .map(|(t, at)| (t, Placed::Local(at)))
+            }
+        }
+    }
+
+    /// Takes `n` tokens from `key`'s bucket under `limit`, for a request of a class with
+    /// `policy`. With `track` (an enforced limit keyed per client), the key's Retry-After
+    /// compliance is checked and remembered, and a key serving a penalty is rejected without
+    /// taking tokens.
+    #[allow(clippy::too_many_arguments)]
     fn charge(
         &mut self,
         store: &dyn SharedData,
         key: StateKey,
         now_ns: u64,
-        rate: bucket::Rate,
+        limit: &Limit,
+        n: u32,
+        policy: &ClassPolicy,
+        track: bool,
         events: &mut StoreEvents,
-    ) -> (Take, Option<Placed>) {
-        let take = |s: Option<BucketState>| match bucket::take(s, now_ns, rate) {
-            t @ Take::Allowed { state, .. } => (t, Some(state)),
-            t => (t, None),
-        };
-        let mut shared = SharedSlots {
-            table: &self.buckets,
-            store,
-        };
-        let (t, placed) = match shared.measure_and_replace(key, now_ns, take) {
-            Ok((t, at)) => (t, Placed::Shared(at)),
-            Err(fault) => {
-                events.count(fault);
-                match self.fallback.measure_and_replace(key, now_ns, take) {
-                    Ok((t, at)) => (t, Placed::Local(at)),
-                    // The fallback never fails; strict if it ever did.
-                    Err(_) => (
-                        Take::Limited {
-                            wait_ns: rate.emission_ns,
-                        },
-                        Placed::Local(LocalPlace::Own),
-                    ),
+    ) -> (Charged, Visit, Option<Placed>) {
+        let rate = limit.rate;
+        let ra = &policy.retry_after;
+        let esc = &policy.escalation;
+        let result = self.update(store, key, now_ns, events, |s| {
+            let mut st = s.unwrap_or_default();
+            let visit = if track {
+                st.compliance.visit(now_ns, esc)
+            } else {
+                Visit::Unremarkable
+            };
+            let wait_ns = if track && st.compliance.in_penalty(now_ns) {
+                // Serving a penalty: rejected without consuming tokens.
+                st.compliance.penalty_until_ns.saturating_sub(now_ns)
+            } else {
+                match bucket::take_n(Some(st.bucket), now_ns, rate, n) {
+                    Take::Allowed { state, .. } => {
+                        st.bucket = state;
+                        return ((Charged::Allowed, visit), Some(st));
+                    }
+                    Take::Limited { wait_ns } => wait_ns,
                 }
+            };
+            let base_s = respond::clamp_s(wait_ns.div_ceil(bucket::NS_PER_S), ra);
+            if !track {
+                let limited = Charged::Limited {
+                    retry_after_s: base_s,
+                    escalated: false,
+                };
+                return ((limited, visit), None);
             }
-        };
-        let placed = matches!(t, Take::Allowed { .. }).then_some(placed);
-        (t, placed)
+            let (retry_after_s, escalated) = st.compliance.reject(now_ns, base_s, esc);
+            let limited = Charged::Limited {
+                retry_after_s,
+                escalated,
+            };
+            ((limited, visit), Some(st))
+        });
+        match result {
+            Some(((c @ Charged::Allowed, visit), at)) => (c, visit, Some(at)),
+            Some(((c, visit), _)) => (c, visit, None),
+            // Unreachable (the fallback never fails); strict if it ever did.
+            None => (
+                Charged::Limited {
+                    retry_after_s: respond::clamp_s(0, ra),
+                    escalated: false,
+                },
+                Visit::Unremarkable,
+                None,
+            ),
+        }
     }
 
-    /// Gives back the token `charge` took (best effort: a lost refund only errs on the
-    /// strict side).
-    fn refund(&mut self, store: &dyn SharedData, key: StateKey, at: Placed, rate: bucket::Rate) {
-        let back = |s: BucketState| bucket::refund(s, rate);
+    /// Gives back `n` tokens where `charge` took them (best effort: a lost refund only errs
+    /// on the strict side).
+    fn refund(
+        &mut self,
+        store: &dyn SharedData,
+        key: StateKey,
+        at: Placed,
+        rate: bucket::Rate,
+        n: u32,
+    ) {
+        let back = |s: KeyState| KeyState {
+            bucket: bucket::refund_n(s.bucket, rate, n),
+            ..s
+        };
         let _ = match at {
             Placed::Shared(at) => SharedSlots {
                 table: &self.buckets,
@@ -276,6 +402,43 @@ impl Limiter {
             }
             .replace_at(key, at, back),
             Placed::Local(at) => self.fallback.replace_at(key, at, back),
+        };
+    }
+
+    /// Settles a cost reservation at the `actual` cost the origin reported (`None`: missing
+    /// or invalid, settles at the reservation): gives back what was reserved too much, or
+    /// charges the extra (the bucket may go into debt).
+    pub fn settle(
+        &mut self,
+        cfg: &Config,
+        store: &dyn SharedData,
+        r: &Reservation,
+        actual: Option<u32>,
+        now_ns: u64,
+    ) {
+        let Some(limit) = cfg.limits.get(r.limit) else {
+            return;
+        };
+        let actual = actual.unwrap_or(r.reserved);
+        let rate = limit.rate;
+        let change = |s: KeyState| {
+            let bucket = if actual >= r.reserved {
+                bucket::charge_debt(s.bucket, now_ns, rate, actual - r.reserved)
+            } else {
+                bucket::refund_n(s.bucket, rate, r.reserved - actual)
+            };
+            KeyState { bucket, ..s }
+        };
+        if actual == r.reserved {
+            return;
+        }
+        let _ = match r.at {
+            Placed::Shared(at) => SharedSlots {
+                table: &self.buckets,
+                store,
+            }
+            .replace_at(r.key, at, change),
+            Placed::Local(at) => self.fallback.replace_at(r.key, at, change),
         };
     }
 }
@@ -315,10 +478,21 @@ pub fn key_values(lines: &[Vec<u8>]) -> Vec<&[u8]> {
 }
 
 /// Decides a request of class `class` at `now_ns`: charges every limit matching its class
-/// and route, in configuration order; if one is empty, refunds the ones already charged and
-/// rejects (or shadow-rejects). A key header naming more than [`MAX_KEY_VALUES`] values
-/// makes the request malformed, with the same refund. `random` feeds the Retry-After
-/// jitter; it is called only on a rejection.
+/// and route, in configuration order (a cost-based limit reserves `cost.reserve` tokens,
+/// any other takes one).
+///
+/// - An enforced limit that is empty rejects the request: the tokens already taken are given
+///   back (a rejected request consumes nothing) and the decision is `Limited`.
+/// - A limit in shadow mode (`limits[].mode`, or the global `mode`) that is empty does not
+///   reject: the request is counted `ShadowLimited`, what it took from shadow limits is given
+///   back (as enforcing them would), the other shadow limits are skipped, and the enforced
+///   limits still charge it.
+/// - A key header naming more than [`MAX_KEY_VALUES`] values makes the request malformed,
+///   with the same refund.
+///
+/// Keys of enforced, non-global limits remember the Retry-After they were given (compliance
+/// and escalation, [`crate::escalation`]). `random` feeds the Retry-After jitter; it is
+/// called only on a rejection.
 pub fn decide(
     cfg: &Config,
     limiter: &mut Limiter,
@@ -329,11 +503,21 @@ pub fn decide(
     random: &mut dyn FnMut() -> u32,
 ) -> LimitResult {
     let route = req.route;
+    let policy = cfg.policy(class);
     let mut events = StoreEvents::default();
-    let mut charged: Vec<(StateKey, usize, Placed)> = Vec::new();
+    // (key, limit index, where, tokens, the limit is in shadow mode)
+    let mut charged: Vec<(StateKey, usize, Placed, u32, bool)> = Vec::new();
     let mut decision = Decision::Allowed;
-    for (i, limit) in cfg.limits.iter().enumerate() {
+    let mut shadow: Option<OverLimit> = None;
+    let mut visit = Visit::Unremarkable;
+    let mut escalated = false;
+    'limits: for (i, limit) in cfg.limits.iter().enumerate() {
         if limit.class.is_some_and(|c| c != class) || limit.route.is_some_and(|r| r != route) {
+            continue;
+        }
+        let is_shadow = limit.mode == Mode::Shadow;
+        if is_shadow && shadow.is_some() {
+            // A shadow limit already rejected: enforcing it would have stopped here.
             continue;
         }
         let header_keys: Vec<KeyPart<'_>>;
@@ -368,46 +552,79 @@ pub fn decide(
                 &header_keys
             }
         };
+        let n = limit.cost.as_ref().map_or(1, |c| c.reserve);
+        // Compliance is about a client: not for the one global bucket, not in shadow mode
+        // (the client was never told anything).
+        let track = !is_shadow && !matches!(limit.key, KeyKind::Global);
+        let mut shadow_taken: Vec<usize> = Vec::new();
         for part in keys {
             let key = limiter.key(&limit.name, part);
-            match limiter.charge(store, key, now_ns, limit.rate, &mut events) {
-                (Take::Allowed { .. }, Some(at)) => charged.push((key, i, at)),
-                (Take::Allowed { .. }, None) => {}
-                (Take::Limited { wait_ns }, _) => {
-                    let policy = cfg.policy(class);
+            let (c, v, at) =
+                limiter.charge(store, key, now_ns, limit, n, policy, track, &mut events);
+            visit = match (visit, v) {
+                (Visit::Ignored, _) | (_, Visit::Ignored) => Visit::Ignored,
+                (Visit::Honoured, _) | (_, Visit::Honoured) => Visit::Honoured,
+                _ => Visit::Unremarkable,
+            };
+            match c {
+                Charged::Allowed => {
+                    if let Some(at) = at {
+                        if is_shadow {
+                            shadow_taken.push(charged.len());
+                        }
+                        charged.push((key, i, at, n, is_shadow));
+                    }
+                }
+                Charged::Limited {
+                    retry_after_s,
+                    escalated: esc,
+                } => {
+                    let jitter = random() % policy.retry_after.jitter_s.saturating_add(1).max(1);
                     let over = OverLimit {
                         limit: i,
                         status: policy.reject_status,
-                        retry_after_s: respond::retry_after_s(
-                            wait_ns,
-                            &policy.retry_after,
-                            random(),
-                        ),
+                        retry_after_s: retry_after_s.saturating_add(jitter),
                     };
-                    decision = match cfg.mode {
-                        Mode::Enforce => Decision::Limited(over),
-                        Mode::Shadow => Decision::ShadowLimited(over),
-                    };
-                    break;
+                    if is_shadow {
+                        shadow = Some(over);
+                        continue 'limits;
+                    }
+                    escalated = esc;
+                    decision = Decision::Limited(over);
+                    break 'limits;
                 }
             }
         }
-        if decision != Decision::Allowed {
-            break;
+    }
+    // What to give back: everything when rejected; what shadow limits took when one of
+    // them would have rejected (enforcing it would have stopped the request there).
+    let rejected = decision != Decision::Allowed;
+    let mut reservations = Vec::new();
+    for (key, i, at, n, is_shadow) in charged {
+        let Some(limit) = cfg.limits.get(i) else {
+            continue;
+        };
+        if rejected || (is_shadow && shadow.is_some()) {
+            limiter.refund(store, key, at, limit.rate, n);
+        } else if limit.cost.is_some() {
+            reservations.push(Reservation {
+                limit: i,
+                reserved: n,
+                key,
+                at,
+            });
         }
     }
-    if decision != Decision::Allowed {
-        // A rejected request consumes nothing.
-        for (key, i, at) in charged {
-            if let Some(limit) = cfg.limits.get(i) {
-                limiter.refund(store, key, at, limit.rate);
-            }
-        }
+    if let (Decision::Allowed, Some(over)) = (decision, shadow) {
+        decision = Decision::ShadowLimited(over);
     }
     LimitResult {
         route,
         decision,
         store: events,
+        visit,
+        escalated,
+        reservations,
     }
 }
 
@@ -770,7 +987,46 @@ mod tests {
         StateKey { fp, overflow_fp: 0 }
     }
 
-    /// Charges key `fp` once: (allowed, store events).
+    /// A global limit of `rate` (no compliance tracking).
+    fn limit_of(rate: Rate) -> Limit {
+        Limit {
+            name: "t".into(),
+            class: None,
+            route: None,
+            rate_per_s: 1e9 / rate.emission_ns as f64,
+            burst: rate.burst,
+            rate,
+            key: KeyKind::Global,
+            mode: Mode::Enforce,
+            cost: None,
+        }
+    }
+
+    /// Charges key `fp` one token: (allowed, store events, where it was taken).
+    fn charge_at(
+        lim: &mut Limiter,
+        store: &MemStore,
+        fp: u64,
+        now: u64,
+        rate: Rate,
+    ) -> (bool, StoreEvents, Option<Placed>) {
+        let mut ev = StoreEvents::default();
+        let cfg = config::parse(b"").expect("default");
+        let policy = *cfg.policy(Class::Human);
+        let (c, _, at) = lim.charge(
+            store,
+            fp_key(fp),
+            now,
+            &limit_of(rate),
+            1,
+            &policy,
+            false,
+            &mut ev,
+        );
+        (c == Charged::Allowed, ev, at)
+    }
+
+    /// Charges key `fp` one token: (allowed, store events).
     fn charge(
         lim: &mut Limiter,
         store: &MemStore,
@@ -778,9 +1034,8 @@ mod tests {
         now: u64,
         rate: Rate,
     ) -> (bool, StoreEvents) {
-        let mut ev = StoreEvents::default();
-        let (t, _) = lim.charge(store, fp_key(fp), now, rate, &mut ev);
-        (matches!(t, Take::Allowed { .. }), ev)
+        let (ok, ev, _) = charge_at(lim, store, fp, now, rate);
+        (ok, ev)
     }
 
     use crate::bucket::Rate;
@@ -873,19 +1128,18 @@ mod tests {
     fn refund_restores_shared_and_local_tokens() {
         let (mut lim, store) = bare(8);
         let rate = Rate::new(1.0, 1);
-        let mut ev = StoreEvents::default();
-        let (_, at) = lim.charge(&store, fp_key(5), T0, rate, &mut ev);
+        let (_, _, at) = charge_at(&mut lim, &store, 5, T0, rate);
         let at = at.expect("allowed");
         assert!(matches!(at, Placed::Shared(_)));
         assert!(!charge(&mut lim, &store, 5, T0, rate).0);
-        lim.refund(&store, fp_key(5), at, rate);
+        lim.refund(&store, fp_key(5), at, rate, 1);
         assert!(charge(&mut lim, &store, 5, T0, rate).0);
 
         store.fault.set(Fault::Error);
-        let (_, at) = lim.charge(&store, fp_key(6), T0, rate, &mut ev);
+        let (_, _, at) = charge_at(&mut lim, &store, 6, T0, rate);
         let at = at.expect("allowed");
         assert_eq!(at, Placed::Local(LocalPlace::Own));
-        lim.refund(&store, fp_key(6), at, rate);
+        lim.refund(&store, fp_key(6), at, rate, 1);
         assert!(charge(&mut lim, &store, 6, T0, rate).0);
     }
 }

@@ -159,7 +159,8 @@ impl<V: SlotValue> StateStore<V> for LocalStore<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bucket::{self, BucketState, Rate, Take, NS_PER_S};
+    use crate::bucket::{self, Rate, Take, NS_PER_S};
+    use crate::limiter::KeyState;
 
     const T0: u64 = 1_700_000_000 * NS_PER_S;
 
@@ -168,26 +169,29 @@ mod tests {
     }
 
     /// Takes a token for `fp` (overflow key: the rate's emission interval, one per limit).
-    fn take(
-        local: &mut LocalStore<BucketState>,
-        fp: u64,
-        now: u64,
-        rate: Rate,
-    ) -> (bool, LocalPlace) {
+    fn take(local: &mut LocalStore<KeyState>, fp: u64, now: u64, rate: Rate) -> (bool, LocalPlace) {
         let k = StateKey {
             fp,
             overflow_fp: rate.emission_ns,
         };
         let (t, at) = local
-            .measure_and_replace(k, now, |s| match bucket::take(s, now, rate) {
-                t @ Take::Allowed { state, .. } => (t, Some(state)),
-                t => (t, None),
+            .measure_and_replace(k, now, |s| {
+                match bucket::take(s.map(|k| k.bucket), now, rate) {
+                    t @ Take::Allowed { state, .. } => (
+                        t,
+                        Some(KeyState {
+                            bucket: state,
+                            ..KeyState::default()
+                        }),
+                    ),
+                    t => (t, None),
+                }
             })
             .unwrap_or((Take::Limited { wait_ns: 1 }, LocalPlace::Own));
         (matches!(t, Take::Allowed { .. }), at)
     }
 
-    fn allowed(local: &mut LocalStore<BucketState>, fp: u64, now: u64, rate: Rate) -> bool {
+    fn allowed(local: &mut LocalStore<KeyState>, fp: u64, now: u64, rate: Rate) -> bool {
         take(local, fp, now, rate).0
     }
 
@@ -266,7 +270,10 @@ mod tests {
         }
         assert_eq!(local.examined(), 2);
         // Key 1 kept its bucket: 5 tokens taken, 2 refilled by T0 + 2 s.
-        assert_eq!(bucket::tokens(local.get(1), T0 + 2 * NS_PER_S, rate), 2);
+        assert_eq!(
+            bucket::tokens(local.get(1).map(|k| k.bucket), T0 + 2 * NS_PER_S, rate),
+            2
+        );
     }
 
     #[test]
@@ -281,13 +288,19 @@ mod tests {
             overflow_fp: rate.emission_ns,
         };
         assert_eq!(
-            local.replace_at(k, LocalPlace::Overflow, |s| bucket::refund(s, rate)),
+            local.replace_at(k, LocalPlace::Overflow, |s| KeyState {
+                bucket: bucket::refund(s.bucket, rate),
+                ..s
+            }),
             Ok(())
         );
         assert!(allowed(&mut local, 3, T0, rate));
         assert!(!allowed(&mut local, 2, T0, rate));
         assert_eq!(
-            local.replace_at(key(1), LocalPlace::Own, |s| bucket::refund(s, rate)),
+            local.replace_at(key(1), LocalPlace::Own, |s| KeyState {
+                bucket: bucket::refund(s.bucket, rate),
+                ..s
+            }),
             Ok(())
         );
         assert!(allowed(&mut local, 1, T0, rate));

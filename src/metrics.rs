@@ -5,6 +5,10 @@
 //! - `crawlguard.class.<class>.<decision>`, decision in [`DECISIONS`] (`fail_open`: decided
 //!   by the per-worker fallback bucket; `malformed`: a key header naming too many values,
 //!   rejected with 400, or forwarded in shadow mode);
+//! - `crawlguard.class.<class>.<compliance>`, compliance in [`COMPLIANCE`]: requests that
+//!   came back before (`retry_after_ignored`) or after (`retry_after_honoured`, the first
+//!   one) the Retry-After their key was given, and rejections made longer by escalation
+//!   (`escalated`);
 //! - `crawlguard.exempt`: exempt paths (decided before any classification);
 //! - `crawlguard.route.<route>.limited` (enforced and shadow);
 //! - `crawlguard.store.<event>`, event in [`STORE_EVENTS`]: shared-store trouble, each of
@@ -17,6 +21,7 @@
 
 use crate::classify::Class;
 use crate::config::Config;
+use crate::escalation::Visit;
 use crate::limiter::{Decision, LimitResult};
 
 /// Decisions counted per class.
@@ -27,6 +32,9 @@ pub const DECISIONS: [&str; 5] = [
     "fail_open",
     "malformed",
 ];
+
+/// Retry-After compliance counters per class.
+pub const COMPLIANCE: [&str; 3] = ["retry_after_ignored", "retry_after_honoured", "escalated"];
 
 /// Store event counter suffixes.
 pub const STORE_EVENTS: [&str; 4] = ["error", "cas_exhausted", "collision", "corrupt"];
@@ -106,6 +114,9 @@ struct ClassCounters {
     shadow_limited: Id,
     fail_open: Id,
     malformed: Id,
+    retry_after_ignored: Id,
+    retry_after_honoured: Id,
+    escalated: Id,
 }
 
 /// Every counter's host id, by what it counts.
@@ -143,6 +154,9 @@ impl Metrics {
                 shadow_limited: d("shadow_limited"),
                 fail_open: d("fail_open"),
                 malformed: d("malformed"),
+                retry_after_ignored: d("retry_after_ignored"),
+                retry_after_honoured: d("retry_after_honoured"),
+                escalated: d("escalated"),
             };
         }
         m.exempt = define("crawlguard.exempt");
@@ -189,6 +203,14 @@ impl Metrics {
                 self.route_limited.get(outcome.route).copied().flatten(),
                 inc,
             );
+        }
+        match outcome.visit {
+            Visit::Ignored => bump(c.retry_after_ignored, inc),
+            Visit::Honoured => bump(c.retry_after_honoured, inc),
+            Visit::Unremarkable => {}
+        }
+        if outcome.escalated {
+            bump(c.escalated, inc);
         }
         let ev = outcome.store;
         for (n, id) in [ev.errors, ev.cas_exhausted, ev.collisions, ev.corrupt]
@@ -273,12 +295,13 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 8 * 5 + 1 + 2 + 4 + 9 + 5 + 2);
+        assert_eq!(n.len(), 8 * 8 + 1 + 2 + 4 + 9 + 5 + 2);
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
         assert_eq!(n[4], "crawlguard.class.search_crawler.malformed");
-        assert_eq!(n[40], "crawlguard.exempt");
-        assert_eq!(n[41], "crawlguard.route.api.limited");
-        assert_eq!(n[42], "crawlguard.route.default.limited");
+        assert_eq!(n[5], "crawlguard.class.search_crawler.retry_after_ignored");
+        assert_eq!(n[64], "crawlguard.exempt");
+        assert_eq!(n[65], "crawlguard.route.api.limited");
+        assert_eq!(n[66], "crawlguard.route.default.limited");
         assert_eq!(
             n.last().map(String::as_str),
             Some("crawlguard.rewrite.status_503")
@@ -305,6 +328,9 @@ mod tests {
                 errors: 1,
                 ..StoreEvents::default()
             },
+            visit: Visit::Ignored,
+            escalated: true,
+            reservations: Vec::new(),
         };
         assert_eq!(
             hits(&by_id, |inc| m.record(Class::Human, &out, inc)),
@@ -312,6 +338,8 @@ mod tests {
                 "crawlguard.class.human.limited",
                 "crawlguard.class.human.fail_open",
                 "crawlguard.route.default.limited",
+                "crawlguard.class.human.retry_after_ignored",
+                "crawlguard.class.human.escalated",
                 "crawlguard.store.error"
             ]
         );

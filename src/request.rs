@@ -17,7 +17,7 @@ use crate::client_ip;
 use crate::config::{Config, IpSource, KeyKind};
 use crate::flights::{Claim, Waiter};
 use crate::host::{ContextId, Host, LocalReply};
-use crate::limiter::{self, Decision, RequestKeys};
+use crate::limiter::{self, Decision, RequestKeys, Reservation};
 use crate::respond;
 use crate::rewrite;
 use crate::verification::{self, Check};
@@ -48,8 +48,8 @@ enum Phase {
     Exempt,
     /// Paused until its claim's verdict arrives.
     AwaitingVerdict(Box<Facts>),
-    /// Sent upstream with this class.
-    Forwarded(Class),
+    /// Sent upstream with this class, holding cost reservations to settle on the response.
+    Forwarded(Class, Vec<Reservation>),
     /// Answered locally by crawlguard.
     Replied,
 }
@@ -120,7 +120,7 @@ impl RequestState {
     /// The class the request was forwarded with, if it was.
     pub fn forwarded_class(&self) -> Option<Class> {
         match self.phase {
-            Phase::Forwarded(c) => Some(c),
+            Phase::Forwarded(c, _) => Some(c),
             _ => None,
         }
     }
@@ -185,7 +185,7 @@ impl RequestState {
     fn decide(&mut self, w: &Worker, host: &mut dyn Host, facts: &Facts, class: Class) -> Step {
         let cfg = &w.cfg;
         let Some(now) = host.now_ns() else {
-            return self.forward(cfg, host, class);
+            return self.forward(cfg, host, class, Vec::new());
         };
         // Header-keyed limits need every line of their header; read them up front (only
         // when such limits exist).
@@ -203,7 +203,7 @@ impl RequestState {
             client: facts.client_prefix,
             key_headers: &key_headers,
         };
-        let out = match w.limiter.try_borrow_mut() {
+        let mut out = match w.limiter.try_borrow_mut() {
             Ok(mut lim) => limiter::decide(
                 cfg,
                 &mut lim,
@@ -213,7 +213,7 @@ impl RequestState {
                 now,
                 &mut || w.next_random(),
             ),
-            Err(_) => return self.forward(cfg, host, class),
+            Err(_) => return self.forward(cfg, host, class, Vec::new()),
         };
         w.metrics.record(class, &out, &mut |id| host.increment(id));
         if out.store.fell_back() && w.store_warning.due(now) {
@@ -234,7 +234,7 @@ impl RequestState {
                     r.retry_after_s,
                     r.status
                 );
-                return self.forward(cfg, host, class);
+                return self.forward(cfg, host, class, std::mem::take(&mut out.reservations));
             }
             Decision::Malformed { limit } | Decision::ShadowMalformed { limit } => {
                 let shadow = matches!(out.decision, Decision::ShadowMalformed { .. });
@@ -247,7 +247,7 @@ impl RequestState {
                     limiter::MAX_KEY_VALUES
                 );
                 if shadow {
-                    return self.forward(cfg, host, class);
+                    return self.forward(cfg, host, class, Vec::new());
                 }
                 host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
                 return if self.reply(
@@ -257,10 +257,12 @@ impl RequestState {
                 ) {
                     Step::Pause
                 } else {
-                    self.forward(cfg, host, class)
+                    self.forward(cfg, host, class, Vec::new())
                 };
             }
-            Decision::Allowed => return self.forward(cfg, host, class),
+            Decision::Allowed => {
+                return self.forward(cfg, host, class, std::mem::take(&mut out.reservations))
+            }
         };
         let limit = cfg.limits.get(r.limit);
         log::debug!(
@@ -285,7 +287,7 @@ impl RequestState {
         if self.reply(host, &rej, respond::DETAILS_LIMITED) {
             Step::Pause
         } else {
-            self.forward(cfg, host, class)
+            self.forward(cfg, host, class, Vec::new())
         }
     }
 
@@ -306,8 +308,14 @@ impl RequestState {
     }
 
     /// Lets the request go upstream, annotated with its class.
-    fn forward(&mut self, cfg: &Config, host: &mut dyn Host, class: Class) -> Step {
-        self.phase = Phase::Forwarded(class);
+    fn forward(
+        &mut self,
+        cfg: &Config,
+        host: &mut dyn Host,
+        class: Class,
+        reservations: Vec<Reservation>,
+    ) -> Step {
+        self.phase = Phase::Forwarded(class, reservations);
         host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
         Step::Continue
     }
@@ -320,6 +328,9 @@ impl RequestState {
             return Step::Continue;
         }
         let cfg = &w.cfg;
+        if !cfg.cost_headers.is_empty() {
+            self.settle_costs(w, host);
+        }
         let status = host.response_header(":status");
         // Cheap exit for the common case before reading anything else.
         let code = status.as_deref().unwrap_or_default();
@@ -376,6 +387,50 @@ impl RequestState {
             Step::Pause
         } else {
             Step::Continue
+        }
+    }
+}
+
+/// The cost an origin reports: a whole number of tokens, at most 1,000,000 (`None` for
+/// anything else: the reservation stands).
+pub fn parse_cost(value: &[u8]) -> Option<u32> {
+    let v = value.trim_ascii();
+    if v.is_empty() || v.len() > 7 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v)
+        .ok()?
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n <= 1_000_000)
+}
+
+impl RequestState {
+    /// Settles the request's cost reservations at what the origin reports in each limit's
+    /// cost header (missing or invalid: at the reservation), then removes every cost header
+    /// from the response: it is for crawlguard, not for the client.
+    fn settle_costs(&mut self, w: &Worker, host: &mut dyn Host) {
+        let cfg = &w.cfg;
+        let reservations = match &mut self.phase {
+            Phase::Forwarded(_, r) => std::mem::take(r),
+            _ => Vec::new(),
+        };
+        if !reservations.is_empty() {
+            let now = host.now_ns().unwrap_or(0);
+            for r in &reservations {
+                let actual = cfg
+                    .limits
+                    .get(r.limit)
+                    .and_then(|l| l.cost.as_ref())
+                    .and_then(|c| host.response_header(&c.from_response_header))
+                    .and_then(|v| parse_cost(&v));
+                if let Ok(mut lim) = w.limiter.try_borrow_mut() {
+                    lim.settle(cfg, host.shared_data(), r, actual, now);
+                }
+            }
+        }
+        for name in &cfg.cost_headers {
+            host.remove_response_header(name);
         }
     }
 }
@@ -447,7 +502,25 @@ pub fn resume(w: &Worker, host: &mut dyn Host, waiter: &Waiter<Handle>, class: C
 
 #[cfg(test)]
 mod tests {
-    use super::path_only;
+    use super::{parse_cost, path_only};
+
+    #[test]
+    fn costs_are_whole_numbers_up_to_a_million() {
+        assert_eq!(parse_cost(b"37"), Some(37));
+        assert_eq!(parse_cost(b" 0 "), Some(0));
+        assert_eq!(parse_cost(b"1000000"), Some(1_000_000));
+        for bad in [
+            &b""[..],
+            b"1000001",
+            b"-1",
+            b"3.5",
+            b"12a",
+            b"99999999",
+            b"\xff",
+        ] {
+            assert_eq!(parse_cost(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn path_only_strips_query_and_fragment() {

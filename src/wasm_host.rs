@@ -288,6 +288,12 @@ impl Host for WasmHost {
         map_lines(RESPONSE_HEADERS, name)
     }
 
+    fn remove_response_header(&mut self, name: &str) {
+        // SAFETY: name is a live slice for the duration of the call.
+        let _ =
+            unsafe { proxy_remove_header_map_value(RESPONSE_HEADERS, name.as_ptr(), name.len()) };
+    }
+
     fn send_reply(&mut self, reply: &LocalReply<'_>) -> Result<(), HostError> {
         let pairs: Vec<(&str, &str)> = reply
             .headers

@@ -499,7 +499,11 @@ proptest! {
                     prop_assert_eq!(rej.status, cfg.policy(class).reject_status);
                     let (min_s, max_s, jitter_s) = s.ra;
                     prop_assert!(rej.retry_after_s >= min_s.max(1));
-                    prop_assert!(rej.retry_after_s <= max_s + jitter_s);
+                    // Escalation (on by default for scripts) may lengthen it, up to its own max.
+                    let esc = cfg.policy(class).escalation;
+                    let cap = if out.escalated { esc.max_s.max(max_s) } else { max_s };
+                    prop_assert!(!out.escalated || esc.enabled);
+                    prop_assert!(rej.retry_after_s <= cap + jitter_s);
                     prop_assert!(rej.limit == 0 || (rej.limit == 1 && is_api));
                 }
                 Decision::Malformed { .. } | Decision::ShadowMalformed { .. } => {

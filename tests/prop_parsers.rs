@@ -9,6 +9,7 @@
 use crawlguard::bucket::BucketState;
 use crawlguard::client_ip::{client_ip, from_xff, masked, parse_addr};
 use crawlguard::config::{ClientIpConfig, IpSource, RetryAfter};
+use crawlguard::limiter::KeyState;
 use crawlguard::respond::retry_after_s;
 use crawlguard::rewrite::{http_date, parse_retry_after, UpstreamRetryAfter};
 use crawlguard::slot_table::{SlotTable, SlotValue};
@@ -565,16 +566,18 @@ proptest! {
 
     #[test]
     fn bucket_slot_roundtrips(owner in 2u64.., tat_ns in any::<u64>(), last_ns in any::<u64>()) {
-        // The slot layout of every release so far: version 1, owner, tat_ns, last_ns (LE).
-        let t: SlotTable<BucketState> = SlotTable::new("b:", 1, 0);
+        // The slot layout: version 2, owner, tat_ns, last_ns, then the compliance fields
+        // (all zero here), little-endian.
+        let t: SlotTable<KeyState> = SlotTable::new("b:", 1, 0);
         let store = MemStore::default();
-        let state = BucketState { tat_ns, last_ns };
+        let state = KeyState { bucket: BucketState { tat_ns, last_ns }, ..KeyState::default() };
         prop_assert!(t.measure_and_replace(&store, owner, 0, |_| ((), Some(state))).is_ok());
         let (bytes, _) = store.get("b:0").ok().flatten().unwrap_or_default();
-        let mut want = vec![1u8];
+        let mut want = vec![2u8];
         want.extend_from_slice(&owner.to_le_bytes());
         want.extend_from_slice(&tat_ns.to_le_bytes());
         want.extend_from_slice(&last_ns.to_le_bytes());
+        want.extend_from_slice(&[0u8; 27]);
         prop_assert_eq!(&bytes, &want);
         prop_assert_eq!(t.get(&store, owner, 0), Ok(Some(state)));
         // Any truncation or extension is refused (and healed), never misread.

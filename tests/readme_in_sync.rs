@@ -67,7 +67,7 @@ fn readme_examples_are_verbatim_copies_of_files_tests_load() {
         checked += 1;
         rest = body;
     }
-    assert_eq!(checked, 4, "include markers checked");
+    assert_eq!(checked, 5, "include markers checked");
 }
 
 #[test]
@@ -141,7 +141,7 @@ fn readme_class_policies_and_default_limits_are_the_defaults() {
     for row in table_rows(&text) {
         let name = row[0].trim_matches('`');
         // The class table's third cell reads `min..max +0..jitter`.
-        if let (Some(class), [_, _, ra, status]) =
+        if let (Some(class), [_, _, ra, status, escalation]) =
             (crawlguard::classify::Class::parse(name), row.as_slice())
         {
             if !ra.contains(" +0..") {
@@ -150,10 +150,11 @@ fn readme_class_policies_and_default_limits_are_the_defaults() {
             let p = cfg.policy(class);
             let r = p.retry_after;
             assert_eq!(
-                (ra.as_str(), status.as_str()),
+                (ra.as_str(), status.as_str(), escalation.as_str()),
                 (
                     format!("{}..{} +0..{}", r.min_s, r.max_s, r.jitter_s).as_str(),
-                    p.reject_status.to_string().as_str()
+                    p.reject_status.to_string().as_str(),
+                    if p.escalation.enabled { "on" } else { "off" }
                 ),
                 "class {name}"
             );

@@ -415,3 +415,172 @@ fn a_200_passes_untouched_and_a_refused_reply_fails_open() {
     assert_eq!(step, Step::Continue);
     assert_eq!(p.class_of(ctx).as_deref(), Some("human"));
 }
+
+/// One cost-based limit: 100 items per client, refilling 0.001/s; 20 reserved per request.
+const COST: &str = r#""limits":[{"name":"items","class":"*","route":"*","rate_per_s":0.001,"burst":100,
+    "key":"client_ip","cost":{"reserve":20,"from_response_header":"x-crawlguard-cost"}}]"#;
+
+#[test]
+fn cost_limits_reserve_then_settle_from_the_origin_header() {
+    let mut p = FakeProxy::new(&format!("{{{COST}}}"), T0);
+    // Pages of 20 items: 5 pages fit in 100.
+    let mut admitted = 0;
+    for _ in 0..7 {
+        let (ctx, step) = p.get("/list", CHROME, G);
+        if step == Step::Continue {
+            admitted += 1;
+            p.respond(
+                ctx,
+                &[(":status", "200"), ("x-crawlguard-cost", "20")],
+                false,
+            );
+            // The cost header never reaches the client.
+            assert!(p
+                .req(ctx)
+                .response_headers
+                .iter()
+                .all(|(k, _)| k != "x-crawlguard-cost"));
+        }
+    }
+    assert_eq!(admitted, 5);
+
+    // Pages of 100 items from another client: reserve 20, settle 100 (80 of debt past the
+    // reservation): the second request no longer fits.
+    let b = "192.0.2.9:1";
+    let (ctx, step) = p.get("/list", CHROME, b);
+    assert_eq!(step, Step::Continue);
+    p.respond(
+        ctx,
+        &[(":status", "200"), ("x-crawlguard-cost", "100")],
+        false,
+    );
+    let (_, step) = p.get("/list", CHROME, b);
+    assert_eq!(step, Step::Pause);
+}
+
+#[test]
+fn concurrent_requests_cannot_overspend_and_missing_or_bad_costs_settle_at_the_reservation() {
+    let mut p = FakeProxy::new(&format!("{{{COST}}}"), T0);
+    // Five requests in flight at once have reserved 100: the sixth is rejected before any
+    // of them is settled.
+    let ctxs: Vec<u32> = (0..5).map(|_| p.get("/list", CHROME, G).0).collect();
+    let (_, step) = p.get("/list", CHROME, G);
+    assert_eq!(step, Step::Pause);
+    // Settled at 0, 0, missing, garbage, and a disconnect (never settled): 60 still used.
+    p.respond(
+        ctxs[0],
+        &[(":status", "200"), ("x-crawlguard-cost", "0")],
+        false,
+    );
+    p.respond(
+        ctxs[1],
+        &[(":status", "200"), ("x-crawlguard-cost", "0")],
+        false,
+    );
+    p.respond(ctxs[2], &[(":status", "200")], false);
+    p.respond(
+        ctxs[3],
+        &[(":status", "200"), ("x-crawlguard-cost", "lots")],
+        false,
+    );
+    p.hang_up(ctxs[4]);
+    // 40 free: exactly two more reservations of 20.
+    let steps: Vec<Step> = (0..3).map(|_| p.get("/list", CHROME, G).1).collect();
+    assert_eq!(steps, [Step::Continue, Step::Continue, Step::Pause]);
+}
+
+/// Script limit 1 token, no refill to speak of; Retry-After exactly 2 s (no jitter);
+/// escalation after 2 ignored, x3 per step, up to 54 s, forgotten after 100 s.
+const ESC: &str = r#""classes":{"script":{"retry_after":{"min_s":2,"max_s":2,"jitter_s":0},
+    "escalation":{"enabled":true,"after_ignored":2,"factor":3,"max_s":54,"decay_s":100}}},
+    "limits":[{"name":"s","class":"script","route":"*","rate_per_s":0.001,"burst":1,"key":"client_ip"}]"#;
+
+fn retry_after(p: &FakeProxy, ctx: u32) -> Option<u32> {
+    p.req(ctx)
+        .reply
+        .as_ref()
+        .and_then(|r| r.header("retry-after"))
+        .and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn a_client_that_hammers_escalates_and_one_that_waits_is_counted_honoured() {
+    let mut p = FakeProxy::new(&format!("{{{ESC}}}"), T0);
+    assert_eq!(p.get("/", "curl/8", G).1, Step::Continue);
+    let mut seen = Vec::new();
+    for _ in 0..7 {
+        let (ctx, step) = p.get("/", "curl/8", G);
+        assert_eq!(step, Step::Pause);
+        seen.push(retry_after(&p, ctx));
+        p.advance(100 * MS);
+    }
+    // 2, then two ignored Retry-Afters: x3 per step up to 54.
+    assert_eq!(
+        seen,
+        [
+            Some(2),
+            Some(2),
+            Some(6),
+            Some(18),
+            Some(54),
+            Some(54),
+            Some(54)
+        ]
+    );
+    assert_eq!(p.counter("crawlguard.class.script.retry_after_ignored"), 6);
+    assert_eq!(p.counter("crawlguard.class.script.escalated"), 5);
+    // It waits out its penalty: honoured (counted once), still limited (no token), and
+    // still escalated: what it ignored is remembered for decay_s.
+    p.advance(54 * S);
+    let (ctx, _) = p.get("/", "curl/8", G);
+    assert_eq!(p.counter("crawlguard.class.script.retry_after_honoured"), 1);
+    assert_eq!(retry_after(&p, ctx), Some(54));
+    // After decay_s without ignoring, it starts over at 2.
+    p.advance(120 * S);
+    let (ctx, _) = p.get("/", "curl/8", G);
+    assert_eq!(retry_after(&p, ctx), Some(2));
+}
+
+#[test]
+fn a_verified_crawler_never_escalates() {
+    let mut p = proxy("");
+    let (ctx, _) = p.get("/", GOOGLEBOT, G);
+    p.wake();
+    assert!(p.verdict_for("192.0.2.1", "googlebot", "verified"));
+    assert_eq!(p.class_of(ctx).as_deref(), Some("search_crawler"));
+    for _ in 0..60 {
+        let _ = p.get("/", GOOGLEBOT, G);
+    }
+    assert_eq!(p.counter("crawlguard.class.search_crawler.limited"), 11);
+    assert_eq!(p.counter("crawlguard.class.search_crawler.escalated"), 0);
+    assert_eq!(
+        p.counter("crawlguard.class.search_crawler.retry_after_ignored"),
+        10
+    );
+}
+
+#[test]
+fn a_limit_in_shadow_mode_counts_while_the_others_enforce() {
+    let mut p = FakeProxy::new(
+        r#"{"limits":[
+          {"name":"trial","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"client_ip","mode":"shadow"},
+          {"name":"real","class":"*","route":"*","rate_per_s":0.001,"burst":4,"key":"client_ip"}]}"#,
+        T0,
+    );
+    let steps: Vec<Step> = (0..6).map(|_| p.get("/", CHROME, G).1).collect();
+    // The trial limit (2) only counts; the real one (4) rejects.
+    assert_eq!(
+        steps,
+        [
+            Step::Continue,
+            Step::Continue,
+            Step::Continue,
+            Step::Continue,
+            Step::Pause,
+            Step::Pause
+        ]
+    );
+    assert_eq!(p.counter("crawlguard.class.human.allowed"), 2);
+    assert_eq!(p.counter("crawlguard.class.human.shadow_limited"), 2);
+    assert_eq!(p.counter("crawlguard.class.human.limited"), 2);
+}

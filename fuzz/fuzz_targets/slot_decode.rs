@@ -5,20 +5,20 @@
 
 use crawlguard::slot_table::{SlotTable, SlotValue};
 use crawlguard::store::mem::MemStore;
-use crawlguard::bucket::BucketState;
+use crawlguard::limiter::KeyState;
 use crawlguard::verdict_cache::ClaimEntry;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let buckets: SlotTable<BucketState> = SlotTable::new("b:", 1, 1);
+    let buckets: SlotTable<KeyState> = SlotTable::new("b:", 1, 1);
     let store = MemStore::default();
     store.poke("b:0", data);
     if let Ok(Some(s)) = buckets.get(&store, 7, 0) {
-        let mut b = [0u8; BucketState::LEN];
+        let mut b = [0u8; KeyState::LEN];
         s.encode(&mut b);
         assert_eq!(data.get(9..), Some(&b[..]));
     }
-    let _ = buckets.measure_and_replace(&store, 7, 0, |s| ((), s.or(Some(BucketState::default()))));
+    let _ = buckets.measure_and_replace(&store, 7, 0, |s| ((), s.or(Some(KeyState::default()))));
     let table: SlotTable<ClaimEntry> = SlotTable::new("f:", 1, 1);
     let store = MemStore::default();
     store.poke("f:0", data);

@@ -4,8 +4,8 @@
 use super::defaults::{default_exempt_paths, default_limits, default_policy, DEFAULT_CLASS_HEADER};
 use super::raw::{RawClassPolicy, RawConfig, RawLimit};
 use super::{
-    err, BotsMode, ClassPolicy, ClientIpConfig, Config, ConfigError, KeyKind, Limit, RewriteConfig,
-    Route, StoreConfig, VerifierConfig, DEFAULT_ROUTE, MAX_REFILL_S,
+    err, BotsMode, ClassPolicy, ClientIpConfig, Config, ConfigError, Cost, KeyKind, Limit, Mode,
+    RewriteConfig, Route, StoreConfig, VerifierConfig, DEFAULT_ROUTE, MAX_REFILL_S,
 };
 use crate::bucket::{Rate, NS_PER_S};
 use crate::classify::{builtin_catalog, BotEntry, Class, Classifier};
@@ -58,8 +58,18 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     let classifier = compile_bots(raw.bots, raw.bots_mode)?;
     let classes = compile_classes(&raw.classes)?;
     compile_routes(&raw.routes)?;
-    let limits = compile_limits(raw.limits.unwrap_or_else(default_limits), &raw.routes)?;
+    let limits = compile_limits(
+        raw.limits.unwrap_or_else(default_limits),
+        &raw.routes,
+        raw.mode,
+    )?;
     let warnings = retry_after_warnings(&limits, &classes);
+    let mut cost_headers: Vec<String> = limits
+        .iter()
+        .filter_map(|l| l.cost.as_ref().map(|c| c.from_response_header.clone()))
+        .collect();
+    cost_headers.sort();
+    cost_headers.dedup();
     let exempt_paths = compile_exempt_paths(raw.exempt_paths.unwrap_or_else(default_exempt_paths))?;
     let class_header = header_name(
         "class_header",
@@ -79,6 +89,7 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         classes,
         routes: raw.routes,
         limits,
+        cost_headers,
         exempt_paths,
         class_header,
         ratelimit_headers: raw.ratelimit_headers,
@@ -186,6 +197,14 @@ fn compile_classes(
         if let Some(s) = rc.reject_status {
             pol.reject_status = s;
         }
+        if let Some(e) = &rc.escalation {
+            let x = &mut pol.escalation;
+            x.enabled = e.enabled.unwrap_or(x.enabled);
+            x.after_ignored = e.after_ignored.unwrap_or(x.after_ignored);
+            x.factor = e.factor.unwrap_or(x.factor);
+            x.max_s = e.max_s.unwrap_or(x.max_s);
+            x.decay_s = e.decay_s.unwrap_or(x.decay_s);
+        }
         let ra = pol.retry_after;
         if ra.min_s < 1 {
             return Err(err(format!("{p}.retry_after.min_s"), "must be >= 1"));
@@ -201,6 +220,31 @@ fn compile_classes(
         }
         if !matches!(pol.reject_status, 429 | 503) {
             return Err(err(format!("{p}.reject_status"), "must be 429 or 503"));
+        }
+        let e = pol.escalation;
+        if !(1..=1_000).contains(&e.after_ignored) {
+            return Err(err(
+                format!("{p}.escalation.after_ignored"),
+                "must be 1..=1000",
+            ));
+        }
+        if !(e.factor.is_finite() && e.factor > 1.0 && e.factor <= 100.0) {
+            return Err(err(
+                format!("{p}.escalation.factor"),
+                "must be > 1 and <= 100",
+            ));
+        }
+        if e.max_s < ra.min_s || e.max_s > 86_400 {
+            return Err(err(
+                format!("{p}.escalation.max_s"),
+                format!(
+                    "must be in retry_after.min_s..=86400 (min_s is {})",
+                    ra.min_s
+                ),
+            ));
+        }
+        if !(1..=86_400).contains(&e.decay_s) {
+            return Err(err(format!("{p}.escalation.decay_s"), "must be 1..=86400"));
         }
     }
 
@@ -234,7 +278,11 @@ fn compile_routes(routes: &[Route]) -> Result<(), ConfigError> {
 
 /// `limits`: unique names, known class and route, a rate and burst that fit (refill within
 /// [`MAX_REFILL_S`]), a valid key.
-fn compile_limits(raw_limits: Vec<RawLimit>, routes: &[Route]) -> Result<Vec<Limit>, ConfigError> {
+fn compile_limits(
+    raw_limits: Vec<RawLimit>,
+    routes: &[Route],
+    mode: Mode,
+) -> Result<Vec<Limit>, ConfigError> {
     let mut limits = Vec::with_capacity(raw_limits.len());
     let mut limit_names = HashSet::new();
     for (i, l) in raw_limits.iter().enumerate() {
@@ -313,6 +361,24 @@ fn compile_limits(raw_limits: Vec<RawLimit>, routes: &[Route]) -> Result<Vec<Lim
                 }
             },
         };
+        let cost = match &l.cost {
+            None => None,
+            Some(c) => {
+                if !(1..=l.burst).contains(&c.reserve) {
+                    return Err(err(
+                        format!("{p}.cost.reserve"),
+                        format!("must be 1..=burst ({})", l.burst),
+                    ));
+                }
+                Some(Cost {
+                    reserve: c.reserve,
+                    from_response_header: header_name(
+                        &format!("{p}.cost.from_response_header"),
+                        &c.from_response_header,
+                    )?,
+                })
+            }
+        };
         limits.push(Limit {
             name: l.name.clone(),
             class,
@@ -321,6 +387,8 @@ fn compile_limits(raw_limits: Vec<RawLimit>, routes: &[Route]) -> Result<Vec<Lim
             burst: l.burst,
             rate: Rate::new(l.rate_per_s, l.burst),
             key,
+            mode: l.mode.unwrap_or(mode),
+            cost,
         });
     }
 

@@ -4,8 +4,8 @@
 
 use super::raw::RawLimit;
 use super::{
-    ClassPolicy, ClientIpConfig, IpSource, OnError, RetryAfter, RewriteConfig, StoreConfig,
-    VerifierConfig,
+    ClassPolicy, ClientIpConfig, Escalation, IpSource, OnError, RetryAfter, RewriteConfig,
+    StoreConfig, VerifierConfig,
 };
 use crate::classify::Class;
 
@@ -17,7 +17,20 @@ pub(super) const FALLBACK_POLICY: ClassPolicy = ClassPolicy {
         jitter_s: 2,
     },
     reject_status: 429,
+    escalation: escalation(false),
 };
+
+/// The escalation defaults: after 3 ignored Retry-Afters, double per step up to an hour;
+/// forgotten after 10 minutes of good behaviour.
+const fn escalation(enabled: bool) -> Escalation {
+    Escalation {
+        enabled,
+        after_ignored: 3,
+        factor: 2.0,
+        max_s: 3_600,
+        decay_s: 600,
+    }
+}
 
 pub(super) fn default_policy(class: Class) -> ClassPolicy {
     let (min_s, max_s, jitter_s) = match class {
@@ -35,6 +48,12 @@ pub(super) fn default_policy(class: Class) -> ClassPolicy {
             jitter_s,
         },
         reject_status: 429,
+        // On for claims that failed or cannot be checked, and for scripts; never by default
+        // for humans and crawlers.
+        escalation: escalation(matches!(
+            class,
+            Class::Spoofed | Class::UnverifiedBot | Class::Script
+        )),
     }
 }
 
@@ -46,6 +65,8 @@ pub(super) fn default_limits() -> Vec<RawLimit> {
         rate_per_s,
         burst,
         key: key.into(),
+        mode: None,
+        cost: None,
     };
     vec![
         l("human_per_ip", "human", 20.0, 100, "client_ip"),

@@ -121,13 +121,30 @@ pub struct RetryAfter {
     pub jitter_s: u32,
 }
 
+/// Escalation for clients that ignore their Retry-After (`classes.<class>.escalation`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Escalation {
+    /// Escalate at all.
+    pub enabled: bool,
+    /// Ignored Retry-Afters before the first step (1..=1000).
+    pub after_ignored: u16,
+    /// Each step multiplies the Retry-After by this (1 < factor <= 100).
+    pub factor: f64,
+    /// Longest escalated Retry-After, s (class `retry_after.min_s`..=86400).
+    pub max_s: u32,
+    /// After this long without an ignored request the key starts over, s (1..=86400).
+    pub decay_s: u32,
+}
+
 /// Per-class rejection policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ClassPolicy {
     /// Retry-After computation.
     pub retry_after: RetryAfter,
     /// 429 (rate limited) or 503 (shed).
     pub reject_status: u16,
+    /// Escalation for clients that ignore Retry-After.
+    pub escalation: Escalation,
 }
 
 /// What a limit's bucket is keyed by.
@@ -169,6 +186,21 @@ pub struct Limit {
     pub rate: Rate,
     /// Bucket key.
     pub key: KeyKind,
+    /// `enforce` or `shadow` for this limit alone (`limits[].mode`, else the global `mode`).
+    pub mode: Mode,
+    /// Cost-based: reserve tokens at request time, settle from a response header.
+    pub cost: Option<Cost>,
+}
+
+/// A cost-based limit (`limits[].cost`): a request reserves `reserve` tokens, and its
+/// response settles them to the cost the origin reports in `from_response_header` (a
+/// missing or invalid value settles at `reserve`; the header never reaches the client).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cost {
+    /// Tokens reserved per request (1..=burst).
+    pub reserve: u32,
+    /// Lowercase response header carrying the actual cost (a whole number).
+    pub from_response_header: String,
 }
 
 /// A route: the first whose `path_prefix` starts the request path wins.
@@ -266,6 +298,9 @@ pub struct Config {
     pub routes: Vec<Route>,
     /// Limits; a request takes a token from every matching one.
     pub limits: Vec<Limit>,
+    /// The distinct `cost.from_response_header` names of cost-based limits (removed from
+    /// every response).
+    pub cost_headers: Vec<String>,
     /// Exact paths never limited (query string ignored).
     pub exempt_paths: Vec<String>,
     /// Lowercase request header carrying the class upstream.

@@ -41,6 +41,17 @@ pub(super) struct RawConfig {
 pub(super) struct RawClassPolicy {
     pub(super) retry_after: Option<RawRetryAfter>,
     pub(super) reject_status: Option<u16>,
+    pub(super) escalation: Option<RawEscalation>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEscalation {
+    pub(super) enabled: Option<bool>,
+    pub(super) after_ignored: Option<u16>,
+    pub(super) factor: Option<f64>,
+    pub(super) max_s: Option<u32>,
+    pub(super) decay_s: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -60,4 +71,15 @@ pub(super) struct RawLimit {
     pub(super) rate_per_s: f64,
     pub(super) burst: u32,
     pub(super) key: String,
+    #[serde(default)]
+    pub(super) mode: Option<Mode>,
+    #[serde(default)]
+    pub(super) cost: Option<RawCost>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCost {
+    pub(super) reserve: u32,
+    pub(super) from_response_header: String,
 }
