@@ -89,6 +89,8 @@ pub struct FakeHost {
     pub current: ContextId,
     /// Counter values by metric id.
     pub counters: HashMap<u32, u64>,
+    /// Gauge values by metric id.
+    pub gauges: HashMap<u32, u64>,
     /// Metric names by id (filled by [`FakeHost::define`]).
     pub metric_names: HashMap<u32, String>,
     /// Every callout dispatched, in order.
@@ -106,8 +108,8 @@ pub struct FakeHost {
 }
 
 impl FakeHost {
-    /// Defines a counter (for [`Metrics::define`]): ids 1, 2, ... in definition order.
-    pub fn define(&mut self, name: &str) -> Option<u32> {
+    /// Defines a metric (for [`Metrics::define`]): ids 1, 2, ... in definition order.
+    pub fn define(&mut self, name: &str, _kind: crate::metrics::MetricKind) -> Option<u32> {
         let id = u32::try_from(self.metric_names.len() + 1).ok()?;
         self.metric_names.insert(id, name.to_string());
         Some(id)
@@ -115,12 +117,24 @@ impl FakeHost {
 
     /// A counter's value by name (0 if never incremented or unknown).
     pub fn counter(&self, name: &str) -> u64 {
+        self.id_of(name)
+            .and_then(|id| self.counters.get(&id))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// A gauge's value by name (`None` if never set or unknown).
+    pub fn gauge(&self, name: &str) -> Option<u64> {
+        self.id_of(name)
+            .and_then(|id| self.gauges.get(&id))
+            .copied()
+    }
+
+    fn id_of(&self, name: &str) -> Option<u32> {
         self.metric_names
             .iter()
             .find(|(_, n)| n.as_str() == name)
-            .and_then(|(id, _)| self.counters.get(id))
-            .copied()
-            .unwrap_or(0)
+            .map(|(id, _)| *id)
     }
 
     fn cur(&mut self) -> Option<&mut FakeRequest> {
@@ -215,6 +229,10 @@ impl Host for FakeHost {
         *self.counters.entry(id).or_insert(0) += 1;
     }
 
+    fn set_gauge(&mut self, id: u32, value: u64) {
+        self.gauges.insert(id, value);
+    }
+
     fn shared_data(&self) -> &dyn SharedData {
         &*self.store
     }
@@ -282,7 +300,7 @@ impl FakeProxy {
             current: ROOT,
             ..FakeHost::default()
         };
-        let metrics = Metrics::define(&cfg, &mut |n| host.define(n));
+        let metrics = Metrics::define(&cfg, &mut |n, k| host.define(n, k));
         let worker = Worker::new(cfg, metrics, 42);
         let _ = worker.precreate(&*host.store);
         FakeProxy {

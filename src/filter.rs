@@ -14,7 +14,8 @@ use proxy_wasm::types::{Action, ContextType};
 use std::cell::RefCell;
 use std::rc::Rc;
 
-/// Root tick period, ms: a safety net that resumes requests paused past their deadline.
+/// Root tick period, ms: merges the origin-health counts and moves shed levels, and is the
+/// safety net that resumes requests paused past their deadline.
 const TICK_MS: u32 = 1_000;
 
 fn action(step: Step) -> Action {
@@ -74,7 +75,7 @@ impl RootContext for Root {
         if let Some(old) = self.worker.take() {
             old.on_root_done(&mut self.host);
         }
-        let metrics = Metrics::define(&cfg, &mut wasm_host::define_counter);
+        let metrics = Metrics::define(&cfg, &mut wasm_host::define_metric);
         let seed = u64::from(getrandom::u32().unwrap_or(0)) << 32
             | u64::from(getrandom::u32().unwrap_or(0));
         let worker = Worker::new(cfg, metrics, seed);
@@ -87,7 +88,8 @@ impl RootContext for Root {
         if self.host.queue.is_none() {
             log::warn!("could not register shared queue {name}: verifier callouts are errors");
         }
-        if worker.cfg.verifier.enabled && !wasm_host::set_tick_period_ms(TICK_MS) {
+        let ticks = worker.cfg.verifier.enabled || worker.cfg.shedding.enabled;
+        if ticks && !wasm_host::set_tick_period_ms(TICK_MS) {
             log::warn!("could not set the tick period");
         }
         log::info!("{}", worker.summary());

@@ -76,6 +76,8 @@ pub trait Host {
     fn resume_request(&mut self) -> Result<(), HostError>;
     /// Adds 1 to counter `id` (a host metric id); errors are ignored.
     fn increment(&mut self, id: u32);
+    /// Sets gauge `id` to `value`; errors are ignored.
+    fn set_gauge(&mut self, id: u32, value: u64);
     /// proxy-wasm shared data, seen by every worker of this Envoy.
     fn shared_data(&self) -> &dyn SharedData;
     /// Starts a verifier callout; its answer arrives as the root context's callout response

@@ -25,13 +25,28 @@ use crate::escalation::Visit;
 use crate::limiter::{Decision, LimitResult};
 
 /// Decisions counted per class.
-pub const DECISIONS: [&str; 5] = [
+pub const DECISIONS: [&str; 7] = [
     "allowed",
     "limited",
     "shadow_limited",
     "fail_open",
     "malformed",
+    "shed",
+    "shadow_shed",
 ];
+
+/// What a metric is: a counter only goes up; a gauge is set to a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// proxy-wasm metric type 0.
+    Counter,
+    /// proxy-wasm metric type 1.
+    Gauge,
+}
+
+/// Gauges per route when shedding is on (`crawlguard.shed.<route>.level`, then
+/// `crawlguard.origin.<route>.<name>`), in [`RouteGauges`] order.
+pub const ORIGIN_GAUGES: [&str; 4] = ["requests", "error_permille", "p95_ms", "p99_ms"];
 
 /// Retry-After compliance counters per class.
 pub const COMPLIANCE: [&str; 3] = ["retry_after_ignored", "retry_after_honoured", "escalated"];
@@ -117,6 +132,17 @@ struct ClassCounters {
     retry_after_ignored: Id,
     retry_after_honoured: Id,
     escalated: Id,
+    shed: Id,
+    shadow_shed: Id,
+}
+
+/// One route's shedding gauges.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RouteGauges {
+    /// `crawlguard.shed.<route>.level`.
+    pub level: Id,
+    /// `crawlguard.origin.<route>.{requests,error_permille,p95_ms,p99_ms}` over the window.
+    pub origin: [Id; ORIGIN_GAUGES.len()],
 }
 
 /// Every counter's host id, by what it counts.
@@ -129,6 +155,8 @@ pub struct Metrics {
     verify: [Id; VerifyEvent::ALL.len()],
     rewrite_fix: [Id; REWRITE_FIXES.len()],
     rewrite_status: Vec<(u16, Id)>,
+    /// Per route (shedding only).
+    pub route_gauges: Vec<RouteGauges>,
 }
 
 /// Statuses counted as `crawlguard.rewrite.status_<code>`: the configured ones, and 503
@@ -143,7 +171,26 @@ fn rewrite_statuses(cfg: &Config) -> Vec<u16> {
 
 impl Metrics {
     /// Defines every counter through `define` (name -> host metric id), in a fixed order.
-    pub fn define(cfg: &Config, define: &mut dyn FnMut(&str) -> Id) -> Metrics {
+    pub fn define(cfg: &Config, define: &mut dyn FnMut(&str, MetricKind) -> Id) -> Metrics {
+        let counter = &mut |name: &str| define(name, MetricKind::Counter);
+        let mut m = Self::define_counters(cfg, counter);
+        if cfg.shedding.enabled {
+            m.route_gauges = (0..=cfg.routes.len())
+                .map(|i| {
+                    let route = cfg.route_name(i);
+                    RouteGauges {
+                        level: define(&format!("crawlguard.shed.{route}.level"), MetricKind::Gauge),
+                        origin: ORIGIN_GAUGES.map(|g| {
+                            define(&format!("crawlguard.origin.{route}.{g}"), MetricKind::Gauge)
+                        }),
+                    }
+                })
+                .collect();
+        }
+        m
+    }
+
+    fn define_counters(cfg: &Config, define: &mut dyn FnMut(&str) -> Id) -> Metrics {
         let mut m = Metrics::default();
         for (class, c) in Class::ALL.iter().zip(m.class.iter_mut()) {
             let mut d =
@@ -157,6 +204,8 @@ impl Metrics {
                 retry_after_ignored: d("retry_after_ignored"),
                 retry_after_honoured: d("retry_after_honoured"),
                 escalated: d("escalated"),
+                shed: d("shed"),
+                shadow_shed: d("shadow_shed"),
             };
         }
         m.exempt = define("crawlguard.exempt");
@@ -177,6 +226,12 @@ impl Metrics {
             .map(|code| (code, define(&format!("crawlguard.rewrite.status_{code}"))))
             .collect();
         m
+    }
+
+    /// Counts a shed request of class `class` (`shadow`: counted, not shed).
+    pub fn record_shed(&self, class: Class, shadow: bool, inc: &mut dyn FnMut(u32)) {
+        let c = self.class.get(class.index()).copied().unwrap_or_default();
+        bump(if shadow { c.shadow_shed } else { c.shed }, inc);
     }
 
     /// Counts an exempt request.
@@ -258,7 +313,7 @@ fn bump(id: Id, inc: &mut dyn FnMut(u32)) {
 /// Every counter name the filter defines for `cfg`, in definition order.
 pub fn names(cfg: &Config) -> Vec<String> {
     let mut v = Vec::new();
-    Metrics::define(cfg, &mut |n| {
+    Metrics::define(cfg, &mut |n, _| {
         v.push(n.to_string());
         None
     });
@@ -276,7 +331,7 @@ mod tests {
     fn defined(cfg: &Config) -> (Metrics, HashMap<u32, String>) {
         let mut by_id = HashMap::new();
         let mut next = 100;
-        let m = Metrics::define(cfg, &mut |n| {
+        let m = Metrics::define(cfg, &mut |n, _| {
             next += 1;
             by_id.insert(next, n.to_string());
             Some(next)
@@ -295,13 +350,13 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 8 * 8 + 1 + 2 + 4 + 9 + 5 + 2);
+        assert_eq!(n.len(), 8 * 10 + 1 + 2 + 4 + 9 + 5 + 2);
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
         assert_eq!(n[4], "crawlguard.class.search_crawler.malformed");
         assert_eq!(n[5], "crawlguard.class.search_crawler.retry_after_ignored");
-        assert_eq!(n[64], "crawlguard.exempt");
-        assert_eq!(n[65], "crawlguard.route.api.limited");
-        assert_eq!(n[66], "crawlguard.route.default.limited");
+        assert_eq!(n[80], "crawlguard.exempt");
+        assert_eq!(n[81], "crawlguard.route.api.limited");
+        assert_eq!(n[82], "crawlguard.route.default.limited");
         assert_eq!(
             n.last().map(String::as_str),
             Some("crawlguard.rewrite.status_503")
@@ -378,7 +433,7 @@ mod tests {
     #[test]
     fn failed_definitions_are_skipped() {
         let cfg = config::parse(b"").expect("default");
-        let m = Metrics::define(&cfg, &mut |_| None);
+        let m = Metrics::define(&cfg, &mut |_, _| None);
         let mut n = 0;
         m.record_exempt(&mut |_| n += 1);
         m.record_verify(VerifyEvent::Error, &mut |_| n += 1);

@@ -5,7 +5,7 @@
 //!   |--classify; claim to verify, no usable verdict--------> AwaitingVerdict --verdict--+
 //!   |--class known (browser, script, cached verdict, ...)-----------------------------+
 //!                                                                                     v
-//!                                          limits: Forwarded(class) or Replied (429/503/400)
+//!                         shed (origin unhealthy) or limits: Forwarded or Replied (429/503/400)
 //! ```
 //!
 //! On the response path an upstream rejection (or a degraded page for a verified crawler)
@@ -48,8 +48,17 @@ enum Phase {
     Exempt,
     /// Paused until its claim's verdict arrives.
     AwaitingVerdict(Box<Facts>),
-    /// Sent upstream with this class, holding cost reservations to settle on the response.
-    Forwarded(Class, Vec<Reservation>),
+    /// Sent upstream.
+    Forwarded {
+        /// The class it was sent with.
+        class: Class,
+        /// Cost reservations to settle on the response.
+        reservations: Vec<Reservation>,
+        /// Its route.
+        route: usize,
+        /// When it was sent, ns (kept only when shedding measures the origin).
+        sent_at_ns: Option<u64>,
+    },
     /// Answered locally by crawlguard.
     Replied,
 }
@@ -114,13 +123,17 @@ impl Facts {
 #[derive(Debug, Default)]
 pub struct RequestState {
     phase: Phase,
+    /// The request's route (set with its facts).
+    route: usize,
+    /// When the limits let it through, ns (only when shedding measures the origin).
+    sent_at_ns: Option<u64>,
 }
 
 impl RequestState {
     /// The class the request was forwarded with, if it was.
     pub fn forwarded_class(&self) -> Option<Class> {
         match self.phase {
-            Phase::Forwarded(c, _) => Some(c),
+            Phase::Forwarded { class, .. } => Some(class),
             _ => None,
         }
     }
@@ -184,9 +197,18 @@ impl RequestState {
     /// Takes tokens for `class` and forwards (annotated with the class) or answers locally.
     fn decide(&mut self, w: &Worker, host: &mut dyn Host, facts: &Facts, class: Class) -> Step {
         let cfg = &w.cfg;
+        self.route = facts.route;
         let Some(now) = host.now_ns() else {
             return self.forward(cfg, host, class, Vec::new());
         };
+        if cfg.shedding.enabled {
+            self.sent_at_ns = Some(now);
+            if w.is_shed(class, facts.route) {
+                if let Some(step) = self.shed(w, host, class, facts) {
+                    return step;
+                }
+            }
+        }
         // Header-keyed limits need every line of their header; read them up front (only
         // when such limits exist).
         let key_headers: Vec<(&str, Vec<Vec<u8>>)> = cfg
@@ -291,6 +313,42 @@ impl RequestState {
         }
     }
 
+    /// The origin is unhealthy and `class` is shed on this route: 503 + Retry-After (base
+    /// `step_s`, the soonest the level can fall, clamped to `shedding.retry_after`, plus
+    /// jitter), no tokens taken. In shadow mode the shed is counted and the request goes on
+    /// (`None`: carry on with the limits).
+    fn shed(
+        &mut self,
+        w: &Worker,
+        host: &mut dyn Host,
+        class: Class,
+        facts: &Facts,
+    ) -> Option<Step> {
+        let cfg = &w.cfg;
+        let sh = &cfg.shedding;
+        let shadow = sh.mode == crate::config::Mode::Shadow;
+        w.metrics
+            .record_shed(class, shadow, &mut |id| host.increment(id));
+        log::debug!(
+            "{}shed class={} route={}",
+            if shadow { "shadow_" } else { "" },
+            class.as_str(),
+            cfg.route_name(facts.route)
+        );
+        if shadow {
+            return None;
+        }
+        let wait_ns = u64::from(sh.step_s).saturating_mul(1_000_000_000);
+        let ra = respond::retry_after_s(wait_ns, &sh.retry_after, w.next_random());
+        let rej = respond::rejection(503, ra, None);
+        host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
+        if self.reply(host, &rej, respond::DETAILS_SHED) {
+            Some(Step::Pause)
+        } else {
+            Some(self.forward(cfg, host, class, Vec::new()))
+        }
+    }
+
     /// Sends `rej` as a local reply; false if the host refused (the caller fails open).
     fn reply(&mut self, host: &mut dyn Host, rej: &respond::Rejection, details: &str) -> bool {
         let sent = host
@@ -315,7 +373,12 @@ impl RequestState {
         class: Class,
         reservations: Vec<Reservation>,
     ) -> Step {
-        self.phase = Phase::Forwarded(class, reservations);
+        self.phase = Phase::Forwarded {
+            class,
+            reservations,
+            route: self.route,
+            sent_at_ns: self.sent_at_ns,
+        };
         host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
         Step::Continue
     }
@@ -332,6 +395,18 @@ impl RequestState {
             self.settle_costs(w, host);
         }
         let status = host.response_header(":status");
+        if let Phase::Forwarded {
+            route,
+            sent_at_ns: Some(sent),
+            ..
+        } = self.phase
+        {
+            // The origin's health: time from forwarding to response headers, and 5xx
+            // (Envoy's own 503/504 for resets and timeouts included).
+            let now = host.now_ns().unwrap_or(sent);
+            let error = status.as_deref().is_some_and(|s| s.first() == Some(&b'5'));
+            w.record_response(route, now.saturating_sub(sent) / 1_000_000, error);
+        }
         // Cheap exit for the common case before reading anything else.
         let code = status.as_deref().unwrap_or_default();
         let num = std::str::from_utf8(code)
@@ -412,7 +487,7 @@ impl RequestState {
     fn settle_costs(&mut self, w: &Worker, host: &mut dyn Host) {
         let cfg = &w.cfg;
         let reservations = match &mut self.phase {
-            Phase::Forwarded(_, r) => std::mem::take(r),
+            Phase::Forwarded { reservations, .. } => std::mem::take(reservations),
             _ => Vec::new(),
         };
         if !reservations.is_empty() {

@@ -100,6 +100,8 @@ pub fn malformed_key() -> Rejection {
 
 /// `%RESPONSE_CODE_DETAILS%` of a rejection crawlguard decided itself.
 pub const DETAILS_LIMITED: &str = "crawlguard_rate_limited";
+/// `%RESPONSE_CODE_DETAILS%` of a request shed because the origin is unhealthy.
+pub const DETAILS_SHED: &str = "crawlguard_shed";
 /// `%RESPONSE_CODE_DETAILS%` of a request rejected for a malformed rate-limit key.
 pub const DETAILS_MALFORMED_KEY: &str = "crawlguard_malformed_key";
 /// `%RESPONSE_CODE_DETAILS%` of an upstream rejection crawlguard normalised.

@@ -584,3 +584,111 @@ fn a_limit_in_shadow_mode_counts_while_the_others_enforce() {
     assert_eq!(p.counter("crawlguard.class.human.shadow_limited"), 2);
     assert_eq!(p.counter("crawlguard.class.human.limited"), 2);
 }
+
+/// Shedding over a 2 s window, at least 5 responses, p95 above 100 ms is unhealthy, one
+/// class per second: other_bot first, then script; humans never (not in the order).
+const SHED: &str = r#""shedding":{"enabled":true,"window_s":2,"min_requests":5,"latency_ms":100,
+    "step_s":1,"order":["other_bot","script"],"retry_after":{"min_s":15,"max_s":60,"jitter_s":0}},
+    "limits":[]"#;
+
+const BOT: &str = "AcmeCrawler/1.0 (+http://acme.example/bot)";
+
+/// `n` human requests answered after `ms` each (with `status`).
+fn traffic(p: &mut FakeProxy, n: usize, ms: u64, status: &str) {
+    for _ in 0..n {
+        let (ctx, step) = p.get("/", CHROME, G);
+        assert_eq!(step, Step::Continue);
+        p.advance(ms * MS);
+        p.respond(ctx, &[(":status", status)], true);
+    }
+}
+
+/// What each class gets now: (other_bot, script, human) shed?
+fn shed_now(p: &mut FakeProxy) -> (bool, bool, bool) {
+    let mut shed = |ua: &str| {
+        let (ctx, _) = p.get("/", ua, "192.0.2.50:1");
+        p.reply_status(ctx) == Some(503)
+    };
+    (shed(BOT), shed("curl/8"), shed(CHROME))
+}
+
+#[test]
+fn a_slow_origin_sheds_class_by_class_and_recovers_level_by_level() {
+    let mut p = FakeProxy::new(&format!("{{{SHED}}}"), T0);
+    let level = |p: &FakeProxy| p.host.gauge("crawlguard.shed.default.level");
+    traffic(&mut p, 10, 10, "200");
+    p.tick();
+    assert_eq!(level(&p), Some(0));
+    assert_eq!(shed_now(&mut p), (false, false, false));
+    // The origin slows down: p95 500 ms.
+    traffic(&mut p, 10, 500, "200");
+    p.advance(S);
+    p.tick();
+    assert_eq!(level(&p), Some(1));
+    let (ctx, _) = p.get("/", BOT, "192.0.2.50:1");
+    let r = p.req(ctx).reply.clone().expect("shed");
+    assert_eq!((r.status, r.details.as_str()), (503, "crawlguard_shed"));
+    assert_eq!(r.header("retry-after"), Some("15"));
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    assert_eq!(shed_now(&mut p), (true, false, false));
+    // Still slow one step later: scripts go too; humans stay.
+    traffic(&mut p, 5, 500, "200");
+    p.advance(S);
+    p.tick();
+    assert_eq!(level(&p), Some(2));
+    assert_eq!(shed_now(&mut p), (true, true, false));
+    assert_eq!(p.host.gauge("crawlguard.origin.default.p95_ms"), Some(500));
+    // Still slow a step later, but both classes are already shed: the level stays at 2.
+    // Recovered: once the slow second has left the 2 s window, one class back per second.
+    let mut timeline = Vec::new();
+    for _ in 0..4 {
+        traffic(&mut p, 10, 5, "200");
+        p.advance(S);
+        p.tick();
+        timeline.push(level(&p).unwrap_or(99));
+    }
+    assert_eq!(timeline, [2, 1, 0, 0]);
+    assert_eq!(shed_now(&mut p), (false, false, false));
+    assert_eq!(p.counter("crawlguard.class.other_bot.shed"), 3);
+    assert_eq!(p.counter("crawlguard.class.script.shed"), 1);
+    assert_eq!(p.counter("crawlguard.class.human.shed"), 0);
+}
+
+#[test]
+fn a_failing_origin_sheds_too_and_shadow_mode_only_counts() {
+    let mut p = FakeProxy::new(&format!("{{{SHED}}}"), T0);
+    traffic(&mut p, 6, 5, "200");
+    traffic(&mut p, 4, 5, "503");
+    p.advance(S);
+    p.tick();
+    assert_eq!(
+        p.host.gauge("crawlguard.origin.default.error_permille"),
+        Some(400)
+    );
+    assert_eq!(shed_now(&mut p), (true, false, false));
+
+    let mut p = FakeProxy::new(&format!("{{\"mode\":\"shadow\",{SHED}}}"), T0);
+    traffic(&mut p, 10, 500, "200");
+    p.advance(S);
+    p.tick();
+    assert_eq!(p.host.gauge("crawlguard.shed.default.level"), Some(1));
+    assert_eq!(shed_now(&mut p), (false, false, false));
+    assert_eq!(p.counter("crawlguard.class.other_bot.shadow_shed"), 1);
+    assert_eq!(p.counter("crawlguard.class.other_bot.shed"), 0);
+}
+
+#[test]
+fn two_workers_share_one_level() {
+    let cfg = crawlguard::config::parse(format!("{{{SHED}}}").as_bytes()).expect("valid");
+    let store = std::rc::Rc::new(crawlguard::store::mem::MemStore::default());
+    let mut a = FakeProxy::with_config(cfg.clone(), T0, store.clone());
+    let mut b = FakeProxy::with_config(cfg, T0, store);
+    // Worker a sees the slow responses; worker b sees none.
+    traffic(&mut a, 10, 500, "200");
+    a.advance(S);
+    b.advance(S);
+    a.tick();
+    b.tick();
+    assert_eq!(shed_now(&mut a), (true, false, false));
+    assert_eq!(shed_now(&mut b), (true, false, false));
+}

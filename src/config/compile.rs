@@ -2,10 +2,11 @@
 //! section; the first problem found is the error, naming the field path.
 
 use super::defaults::{default_exempt_paths, default_limits, default_policy, DEFAULT_CLASS_HEADER};
-use super::raw::{RawClassPolicy, RawConfig, RawLimit};
+use super::raw::{RawClassPolicy, RawConfig, RawLimit, RawShedding};
 use super::{
-    err, BotsMode, ClassPolicy, ClientIpConfig, Config, ConfigError, Cost, KeyKind, Limit, Mode,
-    RewriteConfig, Route, StoreConfig, VerifierConfig, DEFAULT_ROUTE, MAX_REFILL_S,
+    defaults, err, BotsMode, ClassPolicy, ClientIpConfig, Config, ConfigError, Cost, KeyKind,
+    Limit, Mode, RetryAfter, RewriteConfig, Route, ShedThresholds, Shedding, StoreConfig,
+    VerifierConfig, DEFAULT_ROUTE, MAX_REFILL_S,
 };
 use crate::bucket::{Rate, NS_PER_S};
 use crate::classify::{builtin_catalog, BotEntry, Class, Classifier};
@@ -78,6 +79,7 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     compile_store(&raw.store)?;
     compile_verifier(&raw.verifier)?;
     compile_rewrite(&raw.rewrite)?;
+    let shedding = compile_shedding(&raw.shedding, &raw.routes, raw.mode)?;
     let degraded = match &raw.degraded {
         None => None,
         Some(h) => Some(header_name("degraded", h)?),
@@ -96,6 +98,7 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         store: raw.store,
         verifier: raw.verifier,
         rewrite: raw.rewrite,
+        shedding,
         degraded,
         warnings,
     })
@@ -473,6 +476,114 @@ fn compile_rewrite(rewrite: &RewriteConfig) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// An error ratio (0..=1) as per thousand, naming `path` when out of range.
+fn permille(path: &str, ratio: f64) -> Result<u32, ConfigError> {
+    if !(ratio.is_finite() && (0.0..=1.0).contains(&ratio)) {
+        return Err(err(path, "must be 0..=1"));
+    }
+    // In range, so the cast cannot saturate.
+    Ok((ratio * 1000.0).round() as u32)
+}
+
+/// `shedding`: thresholds (and route overrides naming known routes), window, step and
+/// order in range; the order names each class once.
+fn compile_shedding(
+    raw: &RawShedding,
+    routes: &[Route],
+    mode: Mode,
+) -> Result<Shedding, ConfigError> {
+    use defaults::shedding as d;
+    let latency_ms = raw.latency_ms.unwrap_or(d::LATENCY_MS);
+    if !(1..=600_000).contains(&latency_ms) {
+        return Err(err("shedding.latency_ms", "must be 1..=600000"));
+    }
+    let error_permille = permille(
+        "shedding.error_ratio",
+        raw.error_ratio.unwrap_or(d::ERROR_RATIO),
+    )?;
+    let base = ShedThresholds {
+        latency_ms,
+        error_permille,
+    };
+    let mut thresholds = vec![base; routes.len() + 1];
+    for (name, o) in &raw.routes {
+        let p = format!("shedding.routes.{name}");
+        let idx = if name == DEFAULT_ROUTE {
+            routes.len()
+        } else {
+            routes
+                .iter()
+                .position(|r| r.name == *name)
+                .ok_or_else(|| err(&p, format!("unknown route {name:?} (define it in routes)")))?
+        };
+        let mut t = base;
+        if let Some(ms) = o.latency_ms {
+            if !(1..=600_000).contains(&ms) {
+                return Err(err(format!("{p}.latency_ms"), "must be 1..=600000"));
+            }
+            t.latency_ms = ms;
+        }
+        if let Some(r) = o.error_ratio {
+            t.error_permille = permille(&format!("{p}.error_ratio"), r)?;
+        }
+        if let Some(slot) = thresholds.get_mut(idx) {
+            *slot = t;
+        }
+    }
+    let window_s = raw.window_s.unwrap_or(d::WINDOW_S);
+    if !(1..=crate::origin_health::MAX_WINDOW_S as u32).contains(&window_s) {
+        return Err(err("shedding.window_s", "must be 1..=60"));
+    }
+    let step_s = raw.step_s.unwrap_or(d::STEP_S);
+    if !(1..=3_600).contains(&step_s) {
+        return Err(err("shedding.step_s", "must be 1..=3600"));
+    }
+    let min_requests = raw.min_requests.unwrap_or(d::MIN_REQUESTS);
+    if !(1..=1_000_000).contains(&min_requests) {
+        return Err(err("shedding.min_requests", "must be 1..=1000000"));
+    }
+    let order = raw.order.clone().unwrap_or_else(|| d::ORDER.to_vec());
+    let mut seen = HashSet::new();
+    for (i, c) in order.iter().enumerate() {
+        if !seen.insert(*c) {
+            return Err(err(
+                format!("shedding.order[{i}]"),
+                format!("{} is listed twice", c.as_str()),
+            ));
+        }
+    }
+    let mut retry_after = d::RETRY_AFTER;
+    if let Some(ra) = &raw.retry_after {
+        retry_after = RetryAfter {
+            min_s: ra.min_s.unwrap_or(retry_after.min_s),
+            max_s: ra.max_s.unwrap_or(retry_after.max_s),
+            jitter_s: ra.jitter_s.unwrap_or(retry_after.jitter_s),
+        };
+    }
+    if retry_after.min_s < 1 {
+        return Err(err("shedding.retry_after.min_s", "must be >= 1"));
+    }
+    if retry_after.max_s < retry_after.min_s || retry_after.max_s > 86_400 {
+        return Err(err(
+            "shedding.retry_after.max_s",
+            format!("must be in min_s..=86400 (min_s is {})", retry_after.min_s),
+        ));
+    }
+    if retry_after.jitter_s > 3_600 {
+        return Err(err("shedding.retry_after.jitter_s", "must be <= 3600"));
+    }
+    Ok(Shedding {
+        enabled: raw.enabled.unwrap_or(d::ENABLED),
+        mode: raw.mode.unwrap_or(mode),
+        thresholds,
+        window_s,
+        min_requests,
+        step_s,
+        order,
+        retry_after,
+    })
 }
 
 /// One warning per (limit, class it applies to) whose refill interval, `1 / rate_per_s`, is

@@ -157,3 +157,40 @@ impl Default for RewriteConfig {
         }
     }
 }
+
+/// Shedding defaults: off; judged over 10 s with at least 20 responses; unhealthy above a
+/// p95 of 2 s or 20% 5xx; one class per 10 s; shed requests retry in 15-30 s.
+pub(super) mod shedding {
+    use crate::classify::Class;
+    use crate::config::RetryAfter;
+
+    /// `shedding.enabled`.
+    pub const ENABLED: bool = false;
+    /// `shedding.latency_ms`.
+    pub const LATENCY_MS: u32 = 2_000;
+    /// `shedding.error_ratio`.
+    pub const ERROR_RATIO: f64 = 0.2;
+    /// `shedding.window_s`.
+    pub const WINDOW_S: u32 = 10;
+    /// `shedding.min_requests`.
+    pub const MIN_REQUESTS: u32 = 20;
+    /// `shedding.step_s`.
+    pub const STEP_S: u32 = 10;
+    /// `shedding.retry_after`.
+    pub const RETRY_AFTER: RetryAfter = RetryAfter {
+        min_s: 15,
+        max_s: 60,
+        jitter_s: 15,
+    };
+    /// `shedding.order`: failed and unverifiable claims first, then AI training, scripts,
+    /// other bots, AI retrievers and humans; verified search crawlers never by default.
+    pub const ORDER: [Class; 7] = [
+        Class::Spoofed,
+        Class::UnverifiedBot,
+        Class::AiTrainer,
+        Class::Script,
+        Class::OtherBot,
+        Class::AiRetriever,
+        Class::Human,
+    ];
+}

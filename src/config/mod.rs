@@ -283,6 +283,56 @@ pub struct RewriteConfig {
     pub statuses: Vec<u16>,
 }
 
+/// Thresholds that make a route's origin unhealthy (`shedding` or a route override).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShedThresholds {
+    /// p95 upstream time above this is unhealthy, ms.
+    pub latency_ms: u32,
+    /// A 5xx share above this is unhealthy, per thousand (`error_ratio` x 1000).
+    pub error_permille: u32,
+}
+
+/// `shedding` section: class-priority load shedding when the origin slows down.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shedding {
+    /// Shed at all (default false).
+    pub enabled: bool,
+    /// `enforce` (503s) or `shadow` (count would-be sheds); default the global `mode`.
+    pub mode: Mode,
+    /// Thresholds per route index (`routes.len()` is the default route): the section's,
+    /// or the route's override.
+    pub thresholds: Vec<ShedThresholds>,
+    /// Window the origin is judged over, s (1..=60).
+    pub window_s: u32,
+    /// Fewer responses than this in the window: never unhealthy.
+    pub min_requests: u32,
+    /// The level moves at most one class per this many seconds (1..=3600).
+    pub step_s: u32,
+    /// Classes in the order they are shed, lowest priority first.
+    pub order: Vec<Class>,
+    /// Retry-After of a shed request (its base is `step_s`, clamped, plus jitter).
+    pub retry_after: RetryAfter,
+}
+
+impl Shedding {
+    /// The thresholds of route index `route`.
+    pub fn thresholds_of(&self, route: usize) -> ShedThresholds {
+        self.thresholds
+            .get(route)
+            .or(self.thresholds.last())
+            .copied()
+            .unwrap_or(ShedThresholds {
+                latency_ms: u32::MAX,
+                error_permille: 1000,
+            })
+    }
+
+    /// Position of `class` in the shed order (`None`: never shed).
+    pub fn rank_of(&self, class: Class) -> Option<usize> {
+        self.order.iter().position(|c| *c == class)
+    }
+}
+
 /// The validated, compiled configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -313,6 +363,8 @@ pub struct Config {
     pub verifier: VerifierConfig,
     /// Response-path normalisation.
     pub rewrite: RewriteConfig,
+    /// Class-priority load shedding.
+    pub shedding: Shedding,
     /// Lowercase response header the origin sets on degraded pages; such a 200 becomes a 503
     /// for crawler classes (soft-404 guard). `None` = off.
     pub degraded: Option<String>,

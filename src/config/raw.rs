@@ -3,6 +3,7 @@
 
 use super::{BotsMode, ClientIpConfig, Mode, RewriteConfig, Route, StoreConfig, VerifierConfig};
 use crate::classify::BotEntry;
+use crate::classify::Class;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -34,6 +35,8 @@ pub(super) struct RawConfig {
     pub(super) rewrite: RewriteConfig,
     #[serde(default)]
     pub(super) degraded: Option<String>,
+    #[serde(default)]
+    pub(super) shedding: RawShedding,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -82,4 +85,27 @@ pub(super) struct RawLimit {
 pub(super) struct RawCost {
     pub(super) reserve: u32,
     pub(super) from_response_header: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawShedding {
+    pub(super) enabled: Option<bool>,
+    pub(super) mode: Option<Mode>,
+    pub(super) latency_ms: Option<u32>,
+    pub(super) error_ratio: Option<f64>,
+    pub(super) window_s: Option<u32>,
+    pub(super) min_requests: Option<u32>,
+    pub(super) step_s: Option<u32>,
+    pub(super) order: Option<Vec<Class>>,
+    pub(super) retry_after: Option<RawRetryAfter>,
+    #[serde(default)]
+    pub(super) routes: BTreeMap<String, RawShedOverride>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawShedOverride {
+    pub(super) latency_ms: Option<u32>,
+    pub(super) error_ratio: Option<f64>,
 }
