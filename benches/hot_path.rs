@@ -3,7 +3,9 @@
 //! measures the whole filter inside Envoy.
 
 use crawlguard::bucket::NS_PER_S;
-use crawlguard::classify::{builtin_catalog, Class, Classifier};
+use crawlguard::catalog::builtin_catalog;
+use crawlguard::class::Class;
+use crawlguard::classify::Classifier;
 use crawlguard::config;
 use crawlguard::engine::{decide, Limiter, Request};
 use crawlguard::store::mem::MemStore;
@@ -16,7 +18,7 @@ const GOOGLEBOT: &[u8] =
 const CURL: &[u8] = b"curl/8.5.0";
 
 fn classify(c: &mut Criterion) {
-    let cl = Classifier::new(builtin_catalog());
+    let cl = Classifier::new(builtin_catalog().expect("the embedded catalog loads"));
     for (name, ua) in [("chrome", CHROME), ("googlebot", GOOGLEBOT), ("curl", CURL)] {
         c.bench_function(&format!("classify/{name}"), |b| {
             b.iter(|| black_box(cl.classify(black_box(Some(ua))).class))

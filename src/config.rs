@@ -6,7 +6,10 @@
 //! Every error names the field path and the reason, e.g. `limits[2].rate_per_s: must be > 0`.
 
 use crate::bucket::Rate;
-use crate::classify::{builtin_catalog, BotEntry, Class, Classifier};
+use crate::catalog::{builtin_catalog, BotEntry};
+use crate::class::Class;
+use crate::classify::Classifier;
+use crawlguard_contract::bot_id::is_valid_bot_id;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -568,7 +571,7 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     let mut seen = HashSet::new();
     for (i, b) in raw.bots.iter().enumerate() {
         let p = format!("bots[{i}]");
-        if !is_name(&b.id, true) {
+        if !is_valid_bot_id(&b.id) {
             return Err(err(
                 format!("{p}.id"),
                 "must be 1..=64 chars of [a-z0-9._-]",
@@ -609,12 +612,14 @@ fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         BotsMode::Replace => raw.bots,
         BotsMode::Extend => {
             let ids: HashSet<String> = raw.bots.iter().map(|b| b.id.clone()).collect();
+            let builtin = builtin_catalog().map_err(|e| {
+                err(
+                    "bots_mode",
+                    format!("extend needs the built-in catalog, which does not load: {e}"),
+                )
+            })?;
             let mut v = raw.bots;
-            v.extend(
-                builtin_catalog()
-                    .into_iter()
-                    .filter(|b| !ids.contains(&b.id)),
-            );
+            v.extend(builtin.into_iter().filter(|b| !ids.contains(&b.id)));
             v
         }
     };

@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crawlguard::classify::{builtin_catalog, Class, Classification, Classifier};
+use crawlguard::catalog::builtin_catalog;
+use crawlguard::class::Class;
+use crawlguard::classify::{Classification, Classifier};
 
 const CRAWLER_LIST: &str = "../shared/data/crawler-user-agents/crawler-user-agents.json";
 const UAP_TESTS: &str = "../shared/data/uap-core/test_ua.yaml";
@@ -87,7 +89,7 @@ fn crawler_user_agents_instances_are_not_human() {
         entries.len()
     );
 
-    let classifier = Classifier::new(builtin_catalog());
+    let classifier = Classifier::new(builtin_catalog().expect("the embedded catalog loads"));
     let mut counts: BTreeMap<Class, usize> = BTreeMap::new();
     let mut by_tag: BTreeMap<String, BTreeMap<Class, usize>> = BTreeMap::new();
     let mut human = Vec::new();
@@ -352,7 +354,7 @@ fn uap_core_browsers_are_human() {
     let cases = parse_uap(&read(UAP_TESTS));
     assert_eq!(cases.len(), UAP_CASES, "{UAP_TESTS}: parsed case count");
 
-    let classifier = Classifier::new(builtin_catalog());
+    let classifier = Classifier::new(builtin_catalog().expect("the embedded catalog loads"));
     let mut browser_counts: BTreeMap<Class, usize> = BTreeMap::new();
     let mut other_counts: BTreeMap<Class, usize> = BTreeMap::new();
     let (mut browsers, mut others) = (0usize, 0usize);

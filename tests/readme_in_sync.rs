@@ -1,6 +1,6 @@
 //! The README's catalog and stats tables are what operators read; keep them true.
 
-use crawlguard::classify::builtin_catalog;
+use crawlguard::catalog::builtin_catalog;
 
 fn readme() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap_or_default()
@@ -10,7 +10,7 @@ fn readme() -> String {
 fn readme_lists_every_builtin_bot_with_its_class_and_verify_flag() {
     let text = readme();
     let mut missing = Vec::new();
-    for b in builtin_catalog() {
+    for b in builtin_catalog().expect("the embedded catalog loads") {
         let row = format!(
             "| `{}` | {} | {} |",
             b.id,

@@ -2,13 +2,15 @@
 //! result is the same in any ASCII case and consistent with the matched catalog entry.
 #![no_main]
 
-use crawlguard::classify::{builtin_catalog, Class, Classifier};
+use crawlguard::catalog::builtin_catalog;
+use crawlguard::class::Class;
+use crawlguard::classify::Classifier;
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
 
 fn builtin() -> &'static Classifier {
     static C: OnceLock<Classifier> = OnceLock::new();
-    C.get_or_init(|| Classifier::new(builtin_catalog()))
+    C.get_or_init(|| Classifier::new(builtin_catalog().expect("the embedded catalog loads")))
 }
 
 fuzz_target!(|ua: &[u8]| {
