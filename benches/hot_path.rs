@@ -3,7 +3,9 @@
 //! measures the whole filter inside Envoy.
 
 use crawlguard::bucket::NS_PER_S;
-use crawlguard::classify::{builtin_catalog, Class, Classifier};
+use crawlguard::catalog::builtin_catalog;
+use crawlguard::class::Class;
+use crawlguard::classify::Classifier;
 use crawlguard::config;
 use crawlguard::limiter::{decide, Limiter, RequestKeys};
 use crawlguard::store::mem::MemStore;

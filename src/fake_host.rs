@@ -11,6 +11,7 @@ use crate::request::{RequestState, Step};
 use crate::store::mem::MemStore;
 use crate::store::SharedData;
 use crate::worker::Worker;
+use crawlguard_contract::verify as wire;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -393,11 +394,22 @@ impl FakeProxy {
         );
     }
 
-    /// Delivers a verifier answer in the contract's JSON for callout `token`.
+    /// Delivers a verifier answer in the contract's JSON for callout `token`: `verdict` is
+    /// `verified`, `spoofed` or `unknown` (method `fcrdns`, no host). Any other spelling
+    /// delivers a body that is not an answer (a verifier error for the filter).
     pub fn verdict(&mut self, token: u32, ip: &str, bot: &str, verdict: &str, ttl_s: u64) {
-        let body = format!(
-            r#"{{"ip":"{ip}","bot":"{bot}","verdict":"{verdict}","method":"fcrdns","host":"","ttl_s":{ttl_s}}}"#
-        );
+        let body = match wire::Verdict::parse(verdict) {
+            Some(verdict) => wire::Answer {
+                ip: ip.to_string(),
+                bot: bot.to_string(),
+                verdict,
+                method: wire::Method::Fcrdns,
+                host: String::new(),
+                ttl_s,
+            }
+            .to_json(),
+            None => format!("not a verdict: {verdict}"),
+        };
         self.answer(token, Some("200"), &body);
     }
 

@@ -6,12 +6,17 @@
 //! its state in a [`worker::Worker`]. Only `filter.rs` (callbacks -> machine) and
 //! `wasm_host.rs` (the `Host` over the proxy-wasm ABI) are wasm-specific.
 //!
-//! In the order a request meets them: [`client_ip`], [`classify`], [`verification`]
-//! ([`verdict_cache`], [`flights`], [`verify`]), [`limiter`] ([`bucket`], [`store`],
-//! [`slot_table`], [`local_store`]), [`respond`], and on the way back [`rewrite`]; [`metrics`] counts it all;
-//! [`config`] is parsed once per worker.
+//! In the order a request meets them: [`client_ip`], [`classify`] (the matcher over the
+//! [`catalog`], giving a [`class`]), [`verification`] ([`verdict_cache`], [`flights`],
+//! [`verify`]), [`limiter`] ([`bucket`], [`store`], [`slot_table`],
+//! [`local_store`], [`escalation`]), [`shedding`] ([`origin_health`]), [`respond`], and on the
+//! way back [`rewrite`]; [`metrics`] counts it all; [`config`] is parsed once per worker.
+//! What the filter shares with the verifier sidecar (wire types, bot ids, the catalog data
+//! file) is in the `crawlguard-contract` crate.
 
 pub mod bucket;
+pub mod catalog;
+pub mod class;
 pub mod classify;
 pub mod client_ip;
 pub mod config;

@@ -8,7 +8,7 @@
 //! the one [`StateStore`] seam, with the bucket math ([`bucket::take`]) passed in.
 
 use crate::bucket::{self, BucketState, Take};
-use crate::classify::Class;
+use crate::class::Class;
 use crate::config::{ClassPolicy, Limit};
 use crate::config::{Config, KeyKind, Mode};
 use crate::escalation::{Compliance, Visit};

@@ -19,7 +19,7 @@
 //! [`Metrics::define`] is the one list: [`names`] runs it with a recorder, the filter with
 //! the host's `define_metric`, so the names and the ids cannot drift.
 
-use crate::classify::Class;
+use crate::class::Class;
 use crate::config::Config;
 use crate::escalation::Visit;
 use crate::limiter::{Decision, LimitResult};

@@ -12,7 +12,7 @@
 //! is replaced by crawlguard's own; a request answered by crawlguard itself is never
 //! rewritten. `filter.rs` only translates callbacks into these calls.
 
-use crate::classify::Class;
+use crate::class::Class;
 use crate::client_ip;
 use crate::config::{Config, IpSource, KeyKind};
 use crate::flights::{Claim, Waiter};

@@ -3,7 +3,7 @@
 //! Also the root context's events, in plain Rust: a wake-up to dispatch verifier callouts,
 //! a callout's answer, the periodic tick, and going away.
 
-use crate::classify::Class;
+use crate::class::Class;
 use crate::config::Config;
 use crate::flights::Flights;
 use crate::host::Host;

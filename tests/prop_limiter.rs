@@ -10,7 +10,7 @@
 //! Cases: 256 by default; `PROPTEST_CASES=N` raises (or lowers) every test's count.
 
 use crawlguard::bucket::{self, BucketState, Rate, Take, NS_PER_S};
-use crawlguard::classify::Class;
+use crawlguard::class::Class;
 use crawlguard::client_ip;
 use crawlguard::config::{self, Config};
 use crawlguard::limiter::{decide, Decision, Limiter, RequestKeys};

@@ -16,7 +16,7 @@ use crawlguard::slot_table::{SlotTable, SlotValue};
 use crawlguard::store::mem::MemStore;
 use crawlguard::store::SharedData;
 use crawlguard::verdict_cache::{ClaimEntry, PrefixEntry};
-use crawlguard::verify::{parse_response, Answer, BotVerdict, VerifyError};
+use crawlguard::verify::{parse_response, Answer, Verdict, VerifyError};
 use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -254,12 +254,8 @@ proptest! {
 // ---------------------------------------------------------------------------------------------
 // verify::parse_response
 
-fn verdict() -> impl Strategy<Value = BotVerdict> {
-    prop::sample::select(vec![
-        BotVerdict::Verified,
-        BotVerdict::Spoofed,
-        BotVerdict::Unknown,
-    ])
+fn verdict() -> impl Strategy<Value = Verdict> {
+    prop::sample::select(vec![Verdict::Verified, Verdict::Spoofed, Verdict::Unknown])
 }
 
 /// Textual forms of `ip` a verifier may echo (all denote the same address).
@@ -281,7 +277,7 @@ fn ip_texts(ip: IpAddr) -> Vec<String> {
 fn answer_json(
     ip: &str,
     bot: &str,
-    v: BotVerdict,
+    v: Verdict,
     ttl: u64,
     host: &str,
     order: &[usize],
@@ -596,9 +592,9 @@ proptest! {
         let e = ClaimEntry {
             verdict: match verdict {
                 0 => None,
-                1 => Some(BotVerdict::Verified),
-                2 => Some(BotVerdict::Spoofed),
-                _ => Some(BotVerdict::Unknown),
+                1 => Some(Verdict::Verified),
+                2 => Some(Verdict::Spoofed),
+                _ => Some(Verdict::Unknown),
             },
             fresh_until_ns: fresh,
             stale_until_ns: stale,

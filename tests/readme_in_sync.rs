@@ -1,30 +1,50 @@
 //! The README's catalog and stats tables are what operators read; keep them true.
 
-use crawlguard::classify::builtin_catalog;
+use crawlguard_contract::catalog::{begin_marker, end_marker, Catalog};
 
 fn readme() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap_or_default()
 }
 
+/// The catalog tables are rendered from `contract/catalog/bots.json`; the README must carry
+/// exactly that rendering, so an edit of the data file without the README (or the other way
+/// round) fails here.
 #[test]
-fn readme_lists_every_builtin_bot_with_its_class_and_verify_flag() {
+fn readme_catalog_tables_are_generated_from_the_data_file() {
     let text = readme();
-    let mut missing = Vec::new();
-    for b in builtin_catalog() {
-        let row = format!(
-            "| `{}` | {} | {} |",
+    let catalog = Catalog::builtin().expect("the embedded catalog loads");
+    for (name, block) in catalog.readme_blocks() {
+        assert!(
+            text.contains(&block),
+            "README block {name:?} differs from contract/catalog/bots.json; regenerate it with\n  \
+             cargo run -q -p crawlguard-contract --example catalog_tables -- --write README.md\n\
+             expected:\n{block}"
+        );
+    }
+}
+
+/// The filter's matcher and the README's table are both the data file, in the same order.
+#[test]
+fn readme_bot_table_lists_the_filters_catalog_in_match_order() {
+    let text = readme();
+    let (begin, end) = (begin_marker("bot table"), end_marker("bot table"));
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != begin)
+        .take_while(|l| *l != end)
+        .filter(|l| l.starts_with("| `"))
+        .collect();
+    let catalog = crawlguard::catalog::builtin_catalog();
+    assert_eq!(rows.len(), catalog.len());
+    for (row, b) in rows.iter().zip(&catalog) {
+        let start = format!(
+            "| `{}` | {} | {} | ",
             b.id,
             b.class.as_str(),
             if b.verify { "yes" } else { "no" }
         );
-        if !text.contains(&row) {
-            missing.push(row);
-        }
+        assert!(row.starts_with(&start), "{row} is not {start}...");
     }
-    assert!(
-        missing.is_empty(),
-        "README catalog rows missing or stale: {missing:#?}"
-    );
 }
 
 #[test]
@@ -38,7 +58,7 @@ fn readme_documents_every_stat_family() {
             .replace(".route.default", ".route.<route>");
         assert!(
             text.contains(&generic)
-                || crawlguard::classify::Class::ALL
+                || crawlguard::class::Class::ALL
                     .iter()
                     .any(|c| text.contains(&family.replace(c.as_str(), "<class>"))),
             "README does not document {name}"
@@ -142,7 +162,7 @@ fn readme_class_policies_and_default_limits_are_the_defaults() {
         let name = row[0].trim_matches('`');
         // The class table's third cell reads `min..max +0..jitter`.
         if let (Some(class), [_, _, ra, status, escalation]) =
-            (crawlguard::classify::Class::parse(name), row.as_slice())
+            (crawlguard::class::Class::parse(name), row.as_slice())
         {
             if !ra.contains(" +0..") {
                 continue;

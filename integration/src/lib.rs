@@ -29,6 +29,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crawlguard_contract::verify::{Answer, Method, Verdict};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
@@ -165,12 +166,17 @@ pub struct FakeVerdict {
 }
 
 impl FakeVerdict {
-    /// The JSON body the fake verifier answers with: the verifier contract of DESIGN.md,
-    /// `method` `fcrdns` (`none` for `unknown`), `host` `crawl-<ip with dashes>.<bot>.com` for
-    /// `verified` (empty otherwise), `ttl_s` 3600.
+    /// The JSON body the fake verifier answers with: the contract's [`Answer`] (crate
+    /// `crawlguard-contract`, the type the sidecar serialises and the filter parses), `method`
+    /// `fcrdns` (`none` for `unknown`), `host` `crawl-<ip with dashes>.<bot>.com` for
+    /// `verified` (empty otherwise), `ttl_s` 3600. A `verdict` other than `verified`,
+    /// `spoofed` or `unknown` gives a body that is not an answer (a verifier error for the
+    /// filter).
     pub fn body(&self) -> String {
-        let verified = self.verdict == "verified";
-        let host = if verified {
+        let Some(verdict) = Verdict::parse(&self.verdict) else {
+            return format!("not a verdict: {}", self.verdict);
+        };
+        let host = if verdict == Verdict::Verified {
             format!(
                 "crawl-{}.{}.com",
                 self.ip.replace(['.', ':'], "-"),
@@ -179,19 +185,20 @@ impl FakeVerdict {
         } else {
             String::new()
         };
-        let method = if self.verdict == "unknown" {
-            "none"
+        let method = if verdict == Verdict::Unknown {
+            Method::None
         } else {
-            "fcrdns"
+            Method::Fcrdns
         };
-        // Field order as in the contract; serde_json's json! would sort the keys.
-        format!(
-            "{{\"ip\":{},\"bot\":{},\"verdict\":{},\"method\":\"{method}\",\"host\":{},\"ttl_s\":3600}}",
-            json_str(&self.ip),
-            json_str(&self.bot),
-            json_str(&self.verdict),
-            json_str(&host)
-        )
+        Answer {
+            ip: self.ip.clone(),
+            bot: self.bot.clone(),
+            verdict,
+            method,
+            host,
+            ttl_s: 3600,
+        }
+        .to_json()
     }
 }
 

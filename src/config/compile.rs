@@ -9,7 +9,10 @@ use super::{
     VerifierConfig, DEFAULT_ROUTE, MAX_REFILL_S,
 };
 use crate::bucket::{Rate, NS_PER_S};
-use crate::classify::{builtin_catalog, BotEntry, Class, Classifier};
+use crate::catalog::{builtin_catalog, BotEntry};
+use crate::class::Class;
+use crate::classify::Classifier;
+use crawlguard_contract::bot_id::is_valid_bot_id;
 use std::collections::{BTreeMap, HashSet};
 
 /// 1..=64 chars of `[a-z0-9_-]`, plus `.` when `dot` (bot ids, limit names).
@@ -125,7 +128,7 @@ fn compile_bots(bots: Vec<BotEntry>, mode: BotsMode) -> Result<Classifier, Confi
     let mut seen = HashSet::new();
     for (i, b) in bots.iter().enumerate() {
         let p = format!("bots[{i}]");
-        if !is_name(&b.id, true) {
+        if !is_valid_bot_id(&b.id) {
             return Err(err(
                 format!("{p}.id"),
                 "must be 1..=64 chars of [a-z0-9._-]",

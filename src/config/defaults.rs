@@ -7,7 +7,7 @@ use super::{
     ClassPolicy, ClientIpConfig, Escalation, IpSource, OnError, RetryAfter, RewriteConfig,
     StoreConfig, VerifierConfig,
 };
-use crate::classify::Class;
+use crate::class::Class;
 
 /// Never used (see [`Config::policy`]); the human defaults.
 pub(super) const FALLBACK_POLICY: ClassPolicy = ClassPolicy {
@@ -161,7 +161,7 @@ impl Default for RewriteConfig {
 /// Shedding defaults: off; judged over 10 s with at least 20 responses; unhealthy above a
 /// p95 of 2 s or 20% 5xx; one class per 10 s; shed requests retry in 15-30 s.
 pub(super) mod shedding {
-    use crate::classify::Class;
+    use crate::class::Class;
     use crate::config::RetryAfter;
 
     /// `shedding.enabled`.

@@ -15,7 +15,8 @@ mod defaults;
 mod raw;
 
 use crate::bucket::Rate;
-use crate::classify::{Class, Classifier};
+use crate::class::Class;
+use crate::classify::Classifier;
 use serde::Deserialize;
 use std::fmt;
 

@@ -2,8 +2,8 @@
 //! from `defaults.rs`), unknown fields refused. `compile.rs` turns it into [`super::Config`].
 
 use super::{BotsMode, ClientIpConfig, Mode, RewriteConfig, Route, StoreConfig, VerifierConfig};
-use crate::classify::BotEntry;
-use crate::classify::Class;
+use crate::catalog::BotEntry;
+use crate::class::Class;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
