@@ -53,8 +53,8 @@ fn ip(last: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, last)
 }
 
-fn upstream() -> TestUpstream {
-    TestUpstream::start_bin(env!("CARGO_BIN_EXE_crawlguard-test-upstream"))
+async fn upstream() -> TestUpstream {
+    TestUpstream::start_bin(env!("CARGO_BIN_EXE_crawlguard-test-upstream")).await
 }
 
 /// Envoy routed to `up` over HTTP/1.1, with the filter configuration `cfg`.
@@ -281,7 +281,7 @@ const GOOGLEBOT_TOKEN: &str = "compatible; Googlebot/2.1; +http://www.google.com
 
 #[tokio::test]
 async fn huge_user_agent_with_default_header_limit() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_with(&up, json!({"verifier": {"enabled": false}})).await;
     let c = client(ip(10));
 
@@ -335,7 +335,7 @@ async fn huge_user_agent_with_raised_header_limit_is_verified_as_googlebot() {
     // test upstream, hyper, refuses ~400 KB of headers itself). The fake
     // verifier confirms (127.0.0.11, googlebot) only: a `search_crawler` answer proves the
     // filter extracted exactly the bot id `googlebot` from deep inside the UA.
-    let up = upstream();
+    let up = upstream().await;
     let envoy = Envoy::start(
         EnvoyOpts::with_config(json!({}))
             .upstream(up.addr(), UpstreamProtocol::Http1)
@@ -373,7 +373,7 @@ async fn huge_user_agent_with_raised_header_limit_is_verified_as_googlebot() {
 
 #[tokio::test]
 async fn non_utf8_bytes_in_user_agent_xff_and_key_header() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_with(
         &up,
         json!({
@@ -494,7 +494,7 @@ async fn non_utf8_bytes_in_user_agent_xff_and_key_header() {
 
 #[tokio::test]
 async fn many_user_agent_lines_are_joined_and_classified_as_one() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_with(&up, json!({"verifier": {"enabled": false}})).await;
     let to = main_addr(&envoy);
 
@@ -555,7 +555,7 @@ async fn many_user_agent_lines_are_joined_and_classified_as_one() {
 
 #[tokio::test]
 async fn missing_empty_or_blank_user_agent_is_script() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_with(&up, json!({"limits": [per_ip("all", "*", 2)]})).await;
     let to = main_addr(&envoy);
     let cases: [(Ipv4Addr, Vec<u8>); 4] = [
@@ -618,7 +618,7 @@ fn xff_100(hops: usize, at: &[u8], salt: u8) -> Vec<u8> {
 
 #[tokio::test]
 async fn xff_key_is_the_entry_n_hops_from_the_right_of_100() {
-    let up = upstream();
+    let up = upstream().await;
     for hops in 1..=3usize {
         let envoy = envoy_with(
             &up,
@@ -720,7 +720,7 @@ async fn xff_key_is_the_entry_n_hops_from_the_right_of_100() {
 
 #[tokio::test]
 async fn ipv6_zone_ids_in_xff_are_keyed_by_address_and_64_prefix() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_with(
         &up,
         json!({
@@ -791,7 +791,7 @@ enum Treat {
 
 #[tokio::test]
 async fn path_tricks_follow_envoy_normalisation_and_cannot_escape_the_api_route() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_with(
         &up,
         json!({
@@ -1003,7 +1003,7 @@ impl H2 {
 
 #[tokio::test]
 async fn http2_gets_the_same_classes_and_limits_and_loses_the_class_header() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_with(
         &up,
         json!({
@@ -1118,7 +1118,7 @@ async fn http2_gets_the_same_classes_and_limits_and_loses_the_class_header() {
 
 #[tokio::test]
 async fn client_class_header_lines_are_all_replaced_by_one_real_value() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_with(&up, json!({"verifier": {"enabled": false}})).await;
     let to = main_addr(&envoy);
     let cases: [(RawHeaders, &str); 4] = [
@@ -1333,7 +1333,7 @@ const CLASSES: [&str; 8] = [
 #[tokio::test]
 async fn garbage_flood_gets_only_200_429_or_envoy_400_and_every_decision_is_counted() {
     const N: usize = 2000;
-    let up = upstream();
+    let up = upstream().await;
     let envoy = Envoy::start(EnvoyOpts {
         concurrency: 2,
         ..EnvoyOpts::with_config(json!({
@@ -1493,7 +1493,7 @@ async fn read_responses(s: &mut tokio::net::TcpStream) -> Vec<u16> {
 
 #[tokio::test]
 async fn pipelined_requests_on_one_connection_are_each_limited() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_with(&up, json!({"limits": [per_ip("all", "*", 3)]})).await;
     let sock = tokio::net::TcpSocket::new_v4().unwrap();
     sock.bind(SocketAddr::new(IpAddr::V4(ip(190)), 0)).unwrap();
@@ -1574,7 +1574,7 @@ async fn slow_verifier(delay: Duration) -> u16 {
 
 #[tokio::test]
 async fn clients_that_leave_while_their_claim_is_verified_do_not_hurt_the_vm() {
-    let up = upstream();
+    let up = upstream().await;
     // The verifier answers after 300 ms; clients give up after 50 ms.
     let port = slow_verifier(Duration::from_millis(300)).await;
     let envoy = Envoy::start(
@@ -1661,7 +1661,7 @@ async fn clients_that_leave_while_their_claim_is_verified_do_not_hurt_the_vm() {
 /// or several values are refused or share one "ambiguous" bucket).
 #[tokio::test]
 async fn duplicate_key_header_lines_cannot_escape_the_key_limit() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_with(
         &up,
         json!({"limits": [{"name": "per_key", "class": "*", "route": "*", "rate_per_s": 0.001,

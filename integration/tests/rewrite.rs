@@ -39,8 +39,8 @@ fn ip(last: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, last)
 }
 
-fn upstream() -> TestUpstream {
-    TestUpstream::start_bin(env!("CARGO_BIN_EXE_crawlguard-test-upstream"))
+async fn upstream() -> TestUpstream {
+    TestUpstream::start_bin(env!("CARGO_BIN_EXE_crawlguard-test-upstream")).await
 }
 
 /// Envoy with `cfg` in front of `up` over HTTP/1.1.
@@ -155,7 +155,7 @@ fn http_date_helper_formats_imf_fixdate() {
 
 #[tokio::test]
 async fn upstream_429_retry_after_120_is_clamped_to_the_class_max() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(&up, json!({})).await;
     let r = get(
         &client(ip(20)),
@@ -183,7 +183,7 @@ async fn upstream_429_retry_after_120_is_clamped_to_the_class_max() {
 
 #[tokio::test]
 async fn upstream_429_retry_after_120_is_kept_within_the_class_range() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(
         &up,
         json!({"classes": {"human": {"retry_after": {"min_s": 1, "max_s": 300, "jitter_s": 2}}}}),
@@ -206,7 +206,7 @@ async fn upstream_429_retry_after_120_is_kept_within_the_class_range() {
 
 #[tokio::test]
 async fn upstream_429_http_date_is_converted_to_seconds() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(
         &up,
         json!({"classes": {"human": {"retry_after": {"min_s": 1, "max_s": 300, "jitter_s": 2}}}}),
@@ -238,7 +238,7 @@ async fn upstream_429_http_date_is_converted_to_seconds() {
 
 #[tokio::test]
 async fn upstream_429_http_date_in_the_past_becomes_1() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(&up, json!({})).await;
     let date = http_date(now_s() - 3600);
     let r = get(
@@ -262,7 +262,7 @@ async fn upstream_429_http_date_in_the_past_becomes_1() {
 
 #[tokio::test]
 async fn upstream_429_invalid_retry_after_gets_the_class_default() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(&up, json!({})).await;
     let c = client(ip(24));
     let url = envoy.url(&q(&[("status", "429"), ("header", "retry-after: soon")]));
@@ -287,7 +287,7 @@ async fn upstream_429_invalid_retry_after_gets_the_class_default() {
 
 #[tokio::test]
 async fn upstream_429_without_retry_after_gets_the_class_default() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(
         &up,
         json!({"classes": {"human": {"retry_after": {"min_s": 10, "max_s": 60, "jitter_s": 5}}}}),
@@ -315,7 +315,7 @@ async fn upstream_429_without_retry_after_gets_the_class_default() {
 
 #[tokio::test]
 async fn exactly_one_retry_after_when_upstream_sends_several() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(&up, json!({})).await;
     let c = client(ip(26));
     // Two agreeing values: kept (one header).
@@ -353,7 +353,7 @@ async fn exactly_one_retry_after_when_upstream_sends_several() {
 
 #[tokio::test]
 async fn upstream_503_cache_control_and_validators_are_replaced() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(&up, json!({})).await;
     let r = get(
         &client(ip(27)),
@@ -396,7 +396,7 @@ async fn upstream_503_cache_control_and_validators_are_replaced() {
 
 #[tokio::test]
 async fn no_robots_header_and_no_redirect_on_normalised_responses() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(&up, json!({})).await;
     let r = get(
         &client(ip(28)),
@@ -425,7 +425,7 @@ async fn no_robots_header_and_no_redirect_on_normalised_responses() {
 #[tokio::test]
 async fn ten_megabyte_chunked_503_costs_no_memory() {
     const N: usize = 5;
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(&up, json!({})).await;
     let c = client(ip(29));
     let url = envoy.url(&q(&[
@@ -468,7 +468,7 @@ async fn ten_megabyte_chunked_503_costs_no_memory() {
 
 #[tokio::test]
 async fn h2c_upstream_503_in_four_data_frames() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy =
         Envoy::start(EnvoyOpts::with_config(json!({})).upstream(up.addr(), UpstreamProtocol::H2c))
             .await;
@@ -512,7 +512,7 @@ async fn h2c_upstream_503_in_four_data_frames() {
 
 #[tokio::test]
 async fn empty_body_503_is_normalised() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(&up, json!({})).await;
     let c = client(ip(31));
     let r = get(
@@ -533,7 +533,7 @@ async fn empty_body_503_is_normalised() {
 
 #[tokio::test]
 async fn empty_body_503_from_h2c_upstream_is_normalised() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy =
         Envoy::start(EnvoyOpts::with_config(json!({})).upstream(up.addr(), UpstreamProtocol::H2c))
             .await;
@@ -555,7 +555,7 @@ async fn empty_body_503_from_h2c_upstream_is_normalised() {
 #[tokio::test]
 async fn body_larger_than_the_buffer_limit_is_still_a_clean_503() {
     const LIMIT: u32 = 32 * 1024;
-    let up = upstream();
+    let up = upstream().await;
     let envoy = Envoy::start(
         EnvoyOpts::with_config(json!({}))
             .upstream(up.addr(), UpstreamProtocol::Http1)
@@ -599,7 +599,7 @@ async fn body_larger_than_the_buffer_limit_is_still_a_clean_503() {
 
 #[tokio::test]
 async fn keep_alive_connection_survives_a_normalised_reply() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(&up, json!({})).await;
     let addr = format!("127.0.0.1:{}", envoy.main_port()).parse().unwrap();
     let mut conn = RawHttp1::connect(ip(34), addr).await;
@@ -632,7 +632,7 @@ async fn keep_alive_connection_survives_a_normalised_reply() {
 
 #[tokio::test]
 async fn other_statuses_pass_through_untouched_by_default() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(&up, json!({})).await;
     let c = client(ip(35));
     for status in ["404", "500", "502"] {
@@ -662,7 +662,7 @@ async fn other_statuses_pass_through_untouched_by_default() {
 
 #[tokio::test]
 async fn status_502_is_normalised_when_configured() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(&up, json!({"rewrite": {"statuses": [429, 502, 503]}})).await;
     let r = get(
         &client(ip(36)),
@@ -705,7 +705,7 @@ async fn status_502_is_normalised_when_configured() {
 
 #[tokio::test]
 async fn rewrite_disabled_passes_upstream_rejections_through() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(&up, json!({"rewrite": {"enabled": false}})).await;
     let r = get(
         &client(ip(37)),
@@ -727,7 +727,7 @@ async fn rewrite_disabled_passes_upstream_rejections_through() {
 
 #[tokio::test]
 async fn crawlguard_own_429_is_not_rewritten_again() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(
         &up,
         json!({"limits": [{"name": "all", "class": "*", "route": "*", "rate_per_s": 0.01,
@@ -755,7 +755,7 @@ async fn crawlguard_own_429_is_not_rewritten_again() {
 
 #[tokio::test]
 async fn degraded_200_is_a_503_for_a_verified_crawler_only() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = Envoy::start(
         // A generous callout timeout: the machine may be busy.
         EnvoyOpts::with_config(json!({"degraded": "x-degraded", "verifier": {"timeout_ms": 5000}}))
@@ -831,7 +831,7 @@ async fn envoy_router_503_for_an_unreachable_upstream_is_normalised() {
 
 #[tokio::test]
 async fn slow_upstream_503_is_normalised() {
-    let up = upstream();
+    let up = upstream().await;
     let envoy = envoy_for(&up, json!({})).await;
     let t0 = std::time::Instant::now();
     let r = get(
