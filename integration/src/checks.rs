@@ -1,8 +1,7 @@
 //! Checks the suites share: a [`Table`] of cases that reports every failing row, the shape
 //! of a clean rejection ([`assert_clean_rejection`]), a clean Envoy log
-//! ([`assert_log_clean`]), and [`counter_map`] for exact counter comparisons.
+//! ([`assert_log_clean`]).
 
-use std::collections::BTreeMap;
 use std::fmt::{Debug, Display};
 
 use crate::client::Reply;
@@ -76,11 +75,6 @@ pub fn assert_log_clean(envoy_log: &str) {
         "Envoy's log shows a filter panic, a critical line or a failed VM:\n{}",
         bad.join("\n")
     );
-}
-
-/// Expected counters for a comparison with [`crate::Envoy::nonzero_counters`].
-pub fn counter_map(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
-    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
 }
 
 /// The rows of a table of cases, checked one after the other: a failing check is recorded

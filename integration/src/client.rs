@@ -40,6 +40,16 @@ pub fn client(ip: Ipv4Addr) -> reqwest::Client {
         .expect("build reqwest client")
 }
 
+/// A client for the harness's own requests (admin endpoints, request logs, metrics): no
+/// proxy, and a `timeout` on every request.
+pub(crate) fn harness_client(timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(timeout)
+        .build()
+        .expect("build the harness's reqwest client")
+}
+
 /// What came back for one request.
 #[derive(Debug, Clone)]
 pub struct Reply {

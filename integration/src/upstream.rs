@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::client::harness_client;
 use crate::paths::test_upstream_bin;
 use crate::process::{temp_dir, Process};
 
@@ -46,11 +47,7 @@ impl TestUpstream {
             .wait_listening(READY_DEADLINE)
             .await
             .unwrap_or_else(|e| panic!("{} {e}", bin.display()));
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(5))
-            .build()
-            .expect("upstream log client");
+        let http = harness_client(Duration::from_secs(5));
         TestUpstream {
             process,
             addr,
