@@ -6,18 +6,12 @@
 //! Two tests wait on the wall clock on purpose (a client that waits its Retry-After, and
 //! escalation decaying): those waits are the behaviour under test, not synchronisation.
 
-use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use crawlguard_integration::{
-    client, get, Envoy, EnvoyOpts, Reply, TestUpstream, UpstreamProtocol, UA_CHROME, UA_CURL,
-    UA_GOOGLEBOT,
+    client, get, ip, statuses, Envoy, EnvoyOpts, TestUpstream, UA_CHROME, UA_CURL, UA_GOOGLEBOT,
 };
 use serde_json::{json, Value};
-
-fn ip(last: u8) -> Ipv4Addr {
-    Ipv4Addr::new(127, 0, 0, last)
-}
 
 /// 100 items per client address, 20 reserved per request, settled from `x-crawlguard-cost`.
 fn items_limit() -> Value {
@@ -27,7 +21,7 @@ fn items_limit() -> Value {
 }
 
 async fn envoy_with(cfg: Value, up: &TestUpstream) -> Envoy {
-    Envoy::start(EnvoyOpts::with_config(cfg).upstream(up.addr(), UpstreamProtocol::Http1)).await
+    Envoy::start_in_front_of(up, cfg).await
 }
 
 /// A page whose origin reports `cost` items (`None`: no cost header).
@@ -38,13 +32,9 @@ fn page(envoy: &Envoy, cost: Option<u32>) -> String {
     }
 }
 
-fn statuses(replies: &[Reply]) -> Vec<u16> {
-    replies.iter().map(|r| r.status).collect()
-}
-
 #[tokio::test]
 async fn pages_of_20_and_of_100_items_are_admitted_by_their_cost() {
-    let up = TestUpstream::start();
+    let up = TestUpstream::start().await;
     let envoy = envoy_with(json!({"limits": [items_limit()]}), &up).await;
     // Pages of 20: five fit in 100 (each reserves and settles at 20).
     let small = client(ip(2));
@@ -70,7 +60,7 @@ async fn pages_of_20_and_of_100_items_are_admitted_by_their_cost() {
 
 #[tokio::test]
 async fn a_concurrent_burst_cannot_overspend_its_reservations() {
-    let up = TestUpstream::start();
+    let up = TestUpstream::start().await;
     let envoy = envoy_with(json!({"limits": [items_limit()]}), &up).await;
     // Ten at once, each held 300 ms at the origin: reservations admit exactly five.
     let url = envoy.url("/list?delay_ms=300&header=x-crawlguard-cost:1");
@@ -102,7 +92,7 @@ async fn a_concurrent_burst_cannot_overspend_its_reservations() {
 
 #[tokio::test]
 async fn a_missing_cost_or_a_client_gone_settles_at_the_reservation() {
-    let up = TestUpstream::start();
+    let up = TestUpstream::start().await;
     let envoy = envoy_with(json!({"limits": [items_limit()]}), &up).await;
     // No cost header: each request keeps its 20.
     let c = client(ip(5));
@@ -170,7 +160,7 @@ fn compliance_config() -> Value {
 
 #[tokio::test]
 async fn a_client_that_waits_its_retry_after_is_honoured_and_one_that_hammers_is_not() {
-    let up = TestUpstream::start();
+    let up = TestUpstream::start().await;
     let envoy = envoy_with(compliance_config(), &up).await;
     let url = envoy.url("/");
     // The patient one: limited, waits exactly the Retry-After it got, comes back.
@@ -214,7 +204,7 @@ async fn a_client_that_waits_its_retry_after_is_honoured_and_one_that_hammers_is
 
 #[tokio::test]
 async fn retrying_at_once_escalates_up_to_max_and_decays_after_waiting() {
-    let up = TestUpstream::start();
+    let up = TestUpstream::start().await;
     let envoy = envoy_with(compliance_config(), &up).await;
     let url = envoy.url("/");
     let c = client(ip(12));
@@ -236,10 +226,10 @@ async fn retrying_at_once_escalates_up_to_max_and_decays_after_waiting() {
 
 #[tokio::test]
 async fn a_verified_crawler_never_escalates() {
-    let up = TestUpstream::start();
+    let up = TestUpstream::start().await;
     let envoy = Envoy::start(
         EnvoyOpts::with_config(compliance_config())
-            .upstream(up.addr(), UpstreamProtocol::Http1)
+            .in_front_of(&up)
             .fake_verifier(vec![("127.0.0.7", "googlebot", "verified")]),
     )
     .await;
@@ -273,7 +263,7 @@ async fn a_verified_crawler_never_escalates() {
 
 #[tokio::test]
 async fn a_limit_in_shadow_mode_counts_while_the_others_enforce() {
-    let up = TestUpstream::start();
+    let up = TestUpstream::start().await;
     let envoy = envoy_with(
         json!({"limits": [
             {"name": "trial", "class": "*", "route": "*", "rate_per_s": 0.001, "burst": 2,

@@ -227,6 +227,7 @@ impl Body for TestBody {
             return Poll::Ready(None);
         }
         if this.offset > 0 && !this.delay.is_zero() {
+            // `chunk_delay_ms`: the slow origin a test asked for, not a synchronisation.
             let sleep = this
                 .sleep
                 .get_or_insert_with(|| Box::pin(tokio::time::sleep(this.delay)));
@@ -337,6 +338,7 @@ async fn handle(
         ));
     };
     if let Some(ms) = spec.delay_ms.filter(|&ms| ms > 0) {
+        // `delay_ms`: the slow origin a test asked for, not a synchronisation.
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 
@@ -437,6 +439,7 @@ async fn main() {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("crawlguard-test-upstream: accept: {e}");
+                // Back off briefly (e.g. out of file descriptors) instead of spinning.
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
