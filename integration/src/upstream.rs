@@ -65,6 +65,24 @@ impl TestUpstream {
         self.process.log()
     }
 
+    /// Makes the origin slow and/or failing for every later request that does not say
+    /// otherwise (`GET /__upstream/defaults`): `delay_ms` before the response headers, every
+    /// `error_every`th request answered 500 (0 = none). `set_mood(0, 0)` restores it.
+    pub async fn set_mood(&self, delay_ms: u64, error_every: u64) {
+        let url = format!(
+            "http://{}/__upstream/defaults?delay_ms={delay_ms}&error_every={error_every}",
+            self.addr
+        );
+        let status = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .expect("GET upstream defaults")
+            .status();
+        assert!(status.is_success(), "upstream defaults: {status}");
+    }
+
     /// Every request it received (`GET /__upstream/requests`), oldest first, each
     /// `{"method", "path", "version", "headers": {name: [values]}, "body_bytes_sent"}`.
     pub async fn requests(&self) -> Vec<serde_json::Value> {

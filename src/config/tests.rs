@@ -38,6 +38,7 @@ fn embedded_default_file_equals_field_defaults() {
     assert_eq!(file.routes, fields.routes);
     assert_eq!(file.verifier, fields.verifier);
     assert_eq!(file.rewrite, fields.rewrite);
+    assert_eq!(file.shedding, fields.shedding);
     assert_eq!(file.degraded, fields.degraded);
     assert_eq!(file.classifier.entries(), fields.classifier.entries());
 }
