@@ -3,9 +3,11 @@
 //! measures the whole filter inside Envoy.
 
 use crawlguard::bucket::NS_PER_S;
-use crawlguard::classify::{builtin_catalog, Class, Classifier};
+use crawlguard::catalog::builtin_catalog;
+use crawlguard::class::Class;
+use crawlguard::classify::Classifier;
 use crawlguard::config;
-use crawlguard::engine::{decide, Limiter, Request};
+use crawlguard::limiter::{decide, Limiter, RequestKeys};
 use crawlguard::store::mem::MemStore;
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
@@ -24,10 +26,6 @@ fn classify(c: &mut Criterion) {
     }
 }
 
-fn no_headers(_: &str) -> Vec<Vec<u8>> {
-    Vec::new()
-}
-
 fn decide_allow(c: &mut Criterion) {
     // Two matching limits, as in `make bench` configuration 4.
     let cfg = config::parse(
@@ -39,11 +37,10 @@ fn decide_allow(c: &mut Criterion) {
     let mut lim = Limiter::new(&cfg);
     let store = MemStore::default();
     lim.table().precreate(&store).expect("precreate");
-    let req = Request {
-        path: b"/index.html?q=1",
-        remote_address: Some(b"127.0.0.1:50000"),
-        xff: None,
-        header: &no_headers,
+    let req = RequestKeys {
+        route: 0,
+        client: "127.0.0.1".parse().ok(),
+        key_headers: &[],
     };
     let mut now = 1_700_000_000 * NS_PER_S;
     c.bench_function("decide/allow_two_limits_mem_store", |b| {

@@ -35,9 +35,15 @@ impl Rate {
         }
     }
 
-    /// Time to refill a full bucket from empty, in nanoseconds (saturating).
-    pub fn capacity_ns(&self) -> u64 {
-        self.emission_ns.saturating_mul(u64::from(self.burst))
+    /// Time to refill a full bucket from empty, in nanoseconds: `emission_ns x burst`,
+    /// exact (it does not always fit in a u64).
+    pub fn capacity_ns(&self) -> u128 {
+        u128::from(self.emission_ns) * u128::from(self.burst)
+    }
+
+    /// `emission_ns` as a divisor: never 0, even for a hand-built `Rate`.
+    fn emission_u128(&self) -> u128 {
+        u128::from(self.emission_ns.max(1))
     }
 }
 
@@ -86,22 +92,39 @@ fn rebase(state: BucketState, now_ns: u64) -> BucketState {
 }
 
 /// Takes one token from the bucket in `state` (`None` = new key, full) at `now_ns`.
+///
+/// The times are compared in u128, where `now + capacity` and `tat + emission` cannot
+/// overflow (each term is below 2^64, the capacity below 2^96), so the comparison is exact
+/// for every input. (Saturating u64 sums once made both sides `u64::MAX` for a tiny rate,
+/// and `MAX > MAX` is false: the bucket allowed everything.) A new state that does not fit
+/// the stored u64 is refused as `Limited`, never allowed; config validation keeps every
+/// valid limit far from that (see `config::MAX_REFILL_S`).
 pub fn take(state: Option<BucketState>, now_ns: u64, rate: Rate) -> Take {
+    take_n(state, now_ns, rate, 1)
+}
+
+/// Takes `n` tokens at once (a cost-based reservation; `n` >= 1, at most `burst` or it is
+/// never admitted), all or nothing; the same exact u128 comparison as [`take`].
+pub fn take_n(state: Option<BucketState>, now_ns: u64, rate: Rate, n: u32) -> Take {
     let s = rebase(state.unwrap_or_default(), now_ns);
-    let tat = s.tat_ns.max(now_ns);
-    let new_tat = tat.saturating_add(rate.emission_ns);
-    let horizon = now_ns.saturating_add(rate.capacity_ns());
+    let new_tat =
+        u128::from(s.tat_ns.max(now_ns)) + u128::from(rate.emission_ns) * u128::from(n.max(1));
+    let horizon = u128::from(now_ns) + rate.capacity_ns();
     if new_tat > horizon {
         return Take::Limited {
-            wait_ns: (new_tat - horizon).max(1),
+            wait_ns: u64::try_from(new_tat - horizon).unwrap_or(u64::MAX).max(1),
         };
     }
-    let free_ns = horizon - new_tat;
-    let remaining = u32::try_from(free_ns / rate.emission_ns).unwrap_or(u32::MAX);
+    let Ok(tat_ns) = u64::try_from(new_tat) else {
+        return Take::Limited {
+            wait_ns: rate.emission_ns.max(1),
+        };
+    };
+    let remaining = u32::try_from((horizon - new_tat) / rate.emission_u128()).unwrap_or(u32::MAX);
     Take::Allowed {
         remaining,
         state: BucketState {
-            tat_ns: new_tat,
+            tat_ns,
             last_ns: now_ns,
         },
     }
@@ -116,12 +139,33 @@ pub fn refund(state: BucketState, rate: Rate) -> BucketState {
     }
 }
 
+/// Gives back `n` tokens taken earlier (a cost settled below its reservation).
+pub fn refund_n(state: BucketState, rate: Rate, n: u32) -> BucketState {
+    let back = u128::from(rate.emission_ns) * u128::from(n);
+    BucketState {
+        tat_ns: u64::try_from(u128::from(state.tat_ns).saturating_sub(back)).unwrap_or(0),
+        last_ns: state.last_ns,
+    }
+}
+
+/// Charges `n` more tokens unconditionally (a cost settled above its reservation): the
+/// bucket may go into debt, past empty, which delays its next admission by the excess. A
+/// state past the end of u64 time saturates there (strict: the key stays limited).
+pub fn charge_debt(state: BucketState, now_ns: u64, rate: Rate, n: u32) -> BucketState {
+    let s = rebase(state, now_ns);
+    let tat = u128::from(s.tat_ns.max(now_ns)) + u128::from(rate.emission_ns) * u128::from(n);
+    BucketState {
+        tat_ns: u64::try_from(tat).unwrap_or(u64::MAX),
+        last_ns: now_ns,
+    }
+}
+
 /// Whole tokens available at `now_ns` (for stats, headers and tests).
 pub fn tokens(state: Option<BucketState>, now_ns: u64, rate: Rate) -> u32 {
     let s = rebase(state.unwrap_or_default(), now_ns);
-    let used_ns = s.tat_ns.saturating_sub(now_ns);
+    let used_ns = u128::from(s.tat_ns.saturating_sub(now_ns));
     let free_ns = rate.capacity_ns().saturating_sub(used_ns);
-    u32::try_from(free_ns / rate.emission_ns).unwrap_or(u32::MAX)
+    u32::try_from(free_ns / rate.emission_u128()).unwrap_or(u32::MAX)
 }
 
 /// True when the bucket is full at `now_ns`, i.e. its state carries no information and its
@@ -235,8 +279,17 @@ mod tests {
     #[test]
     fn extreme_rates_do_not_overflow() {
         let slow = Rate::new(1e-9, u32::MAX);
-        assert_eq!(slow.capacity_ns(), u64::MAX);
-        assert!(matches!(take(None, u64::MAX, slow), Take::Allowed { .. }));
+        assert_eq!(
+            slow.capacity_ns(),
+            1_000_000_000_000_000_000 * u128::from(u32::MAX)
+        );
+        // A token taken at the end of u64 time cannot be stored: refused, not allowed.
+        assert_eq!(
+            take(None, u64::MAX, slow),
+            Take::Limited {
+                wait_ns: 1_000_000_000_000_000_000
+            }
+        );
         let fast = Rate::new(1e12, 1);
         assert_eq!(fast.emission_ns, 1);
         let bad = Rate::new(f64::NAN, 0);
@@ -252,6 +305,41 @@ mod tests {
     }
 
     #[test]
+    fn a_rate_too_small_to_represent_limits_instead_of_allowing() {
+        // 1e-10/s: one token per 1e19 ns; burst 5 needs 5e19 ns, past u64. Saturating
+        // arithmetic used to allow every request (50 of 50). Now only the states that fit in
+        // u64 are allowed: here one (T0 + 1e19 < 2^64, T0 + 2e19 is not).
+        let rate = Rate::new(1e-10, 5);
+        assert_eq!(rate.emission_ns, 10_000_000_000_000_000_000);
+        let (n, st) = drain(None, T0, rate);
+        assert_eq!(n, 1);
+        assert_eq!(
+            take(st, T0, rate),
+            Take::Limited {
+                wait_ns: 10_000_000_000_000_000_000
+            }
+        );
+        // 1e-9/s, burst 20 (60 of 60 before): a token per 1e18 ns, and T0 + 16e18 is the
+        // last state below 2^64.
+        let (n, _) = drain(None, T0, Rate::new(1e-9, 20));
+        assert_eq!(n, 16);
+        // Near the end of u64 time (year 2554) even a fast limit refuses what it cannot
+        // store, with tokens left or not.
+        let rate = Rate::new(1.0, 3);
+        let (n, _) = drain(None, u64::MAX - 1_500_000_000, rate);
+        assert_eq!(n, 1);
+        let end = BucketState {
+            tat_ns: u64::MAX,
+            last_ns: u64::MAX - 1,
+        };
+        assert_eq!(tokens(Some(end), u64::MAX - 1, rate), 2);
+        assert!(matches!(
+            take(Some(end), u64::MAX - 1, rate),
+            Take::Limited { .. }
+        ));
+    }
+
+    #[test]
     fn full_bucket_is_reclaimable() {
         let rate = Rate::new(1.0, 2);
         let st = match take(None, T0, rate) {
@@ -260,5 +348,40 @@ mod tests {
         };
         assert!(!is_full(st, T0));
         assert!(is_full(st, T0 + NS_PER_S));
+    }
+
+    #[test]
+    fn take_n_is_all_or_nothing_and_debt_delays_the_next_admission() {
+        let rate = Rate::new(10.0, 100); // 100 items, 10 per second (one per 100 ms)
+        let st = match take_n(None, T0, rate, 20) {
+            Take::Allowed { remaining, state } => {
+                assert_eq!(remaining, 80);
+                state
+            }
+            Take::Limited { .. } => panic!("a full bucket holds 20"),
+        };
+        // 81 do not fit in 80: nothing is taken.
+        assert_eq!(
+            take_n(Some(st), T0, rate, 81),
+            Take::Limited {
+                wait_ns: 100_000_000
+            }
+        );
+        assert_eq!(tokens(Some(st), T0, rate), 80);
+        // Settled at 100 instead of the 20 reserved: 80 more, the bucket is empty...
+        let st = charge_debt(st, T0, rate, 80);
+        assert_eq!(tokens(Some(st), T0, rate), 0);
+        // ... and 30 more put it 30 items into debt: 3 s before one token is back.
+        let st = charge_debt(st, T0, rate, 30);
+        assert_eq!(tokens(Some(st), T0 + 3 * NS_PER_S, rate), 0);
+        assert_eq!(tokens(Some(st), T0 + 3_100_000_000, rate), 1);
+        // A refund gives tokens back, never more than full.
+        assert_eq!(tokens(Some(refund_n(st, rate, 1_000)), T0, rate), 100);
+        assert_eq!(
+            take_n(None, T0, rate, 101),
+            Take::Limited {
+                wait_ns: 100_000_000
+            }
+        );
     }
 }

@@ -11,6 +11,7 @@ use crate::request::{RequestState, Step};
 use crate::store::mem::MemStore;
 use crate::store::SharedData;
 use crate::worker::Worker;
+use crawlguard_contract::verify as wire;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -89,6 +90,8 @@ pub struct FakeHost {
     pub current: ContextId,
     /// Counter values by metric id.
     pub counters: HashMap<u32, u64>,
+    /// Gauge values by metric id.
+    pub gauges: HashMap<u32, u64>,
     /// Metric names by id (filled by [`FakeHost::define`]).
     pub metric_names: HashMap<u32, String>,
     /// Every callout dispatched, in order.
@@ -106,8 +109,8 @@ pub struct FakeHost {
 }
 
 impl FakeHost {
-    /// Defines a counter (for [`Metrics::define`]): ids 1, 2, ... in definition order.
-    pub fn define(&mut self, name: &str) -> Option<u32> {
+    /// Defines a metric (for [`Metrics::define`]): ids 1, 2, ... in definition order.
+    pub fn define(&mut self, name: &str, _kind: crate::metrics::MetricKind) -> Option<u32> {
         let id = u32::try_from(self.metric_names.len() + 1).ok()?;
         self.metric_names.insert(id, name.to_string());
         Some(id)
@@ -115,12 +118,24 @@ impl FakeHost {
 
     /// A counter's value by name (0 if never incremented or unknown).
     pub fn counter(&self, name: &str) -> u64 {
+        self.id_of(name)
+            .and_then(|id| self.counters.get(&id))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// A gauge's value by name (`None` if never set or unknown).
+    pub fn gauge(&self, name: &str) -> Option<u64> {
+        self.id_of(name)
+            .and_then(|id| self.gauges.get(&id))
+            .copied()
+    }
+
+    fn id_of(&self, name: &str) -> Option<u32> {
         self.metric_names
             .iter()
             .find(|(_, n)| n.as_str() == name)
-            .and_then(|(id, _)| self.counters.get(id))
-            .copied()
-            .unwrap_or(0)
+            .map(|(id, _)| *id)
     }
 
     fn cur(&mut self) -> Option<&mut FakeRequest> {
@@ -180,6 +195,13 @@ impl Host for FakeHost {
             .unwrap_or_default()
     }
 
+    fn remove_response_header(&mut self, name: &str) {
+        if let Some(r) = self.cur() {
+            r.response_headers
+                .retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+        }
+    }
+
     fn send_reply(&mut self, reply: &LocalReply<'_>) -> Result<(), HostError> {
         if self.refuse_reply {
             return Err(HostError(2));
@@ -206,6 +228,10 @@ impl Host for FakeHost {
 
     fn increment(&mut self, id: u32) {
         *self.counters.entry(id).or_insert(0) += 1;
+    }
+
+    fn set_gauge(&mut self, id: u32, value: u64) {
+        self.gauges.insert(id, value);
     }
 
     fn shared_data(&self) -> &dyn SharedData {
@@ -275,7 +301,7 @@ impl FakeProxy {
             current: ROOT,
             ..FakeHost::default()
         };
-        let metrics = Metrics::define(&cfg, &mut |n| host.define(n));
+        let metrics = Metrics::define(&cfg, &mut |n, k| host.define(n, k));
         let worker = Worker::new(cfg, metrics, 42);
         let _ = worker.precreate(&*host.store);
         FakeProxy {
@@ -368,11 +394,22 @@ impl FakeProxy {
         );
     }
 
-    /// Delivers a verifier answer in the contract's JSON for callout `token`.
+    /// Delivers a verifier answer in the contract's JSON for callout `token`: `verdict` is
+    /// `verified`, `spoofed` or `unknown` (method `fcrdns`, no host). Any other spelling
+    /// delivers a body that is not an answer (a verifier error for the filter).
     pub fn verdict(&mut self, token: u32, ip: &str, bot: &str, verdict: &str, ttl_s: u64) {
-        let body = format!(
-            r#"{{"ip":"{ip}","bot":"{bot}","verdict":"{verdict}","method":"fcrdns","host":"","ttl_s":{ttl_s}}}"#
-        );
+        let body = match wire::Verdict::parse(verdict) {
+            Some(verdict) => wire::Answer {
+                ip: ip.to_string(),
+                bot: bot.to_string(),
+                verdict,
+                method: wire::Method::Fcrdns,
+                host: String::new(),
+                ttl_s,
+            }
+            .to_json(),
+            None => format!("not a verdict: {verdict}"),
+        };
         self.answer(token, Some("200"), &body);
     }
 

@@ -5,6 +5,7 @@
 use crate::config;
 use crate::metrics::Metrics;
 use crate::request::{RequestState, Step};
+use crate::store::{self, StoreShape};
 use crate::verification::MAX_VERIFIER_BODY;
 use crate::wasm_host::{self, HostStore, WasmHost};
 use crate::worker::Worker;
@@ -13,7 +14,8 @@ use proxy_wasm::types::{Action, ContextType};
 use std::cell::RefCell;
 use std::rc::Rc;
 
-/// Root tick period, ms: a safety net that resumes requests paused past their deadline.
+/// Root tick period, ms: merges the origin-health counts and moves shed levels, and is the
+/// safety net that resumes requests paused past their deadline.
 const TICK_MS: u32 = 1_000;
 
 fn action(step: Step) -> Action {
@@ -59,11 +61,21 @@ impl RootContext for Root {
                 return false;
             }
         };
+        for w in &cfg.warnings {
+            log::warn!("configuration warning: {w}");
+        }
+        let shape = StoreShape {
+            slots: cfg.store.slots,
+            hash_seed: cfg.store.hash_seed,
+        };
+        if let Some(change) = store::record_shape(&HostStore, shape) {
+            log::warn!("{change}");
+        }
         // A reconfiguration replaces the worker: release what the old one still holds.
         if let Some(old) = self.worker.take() {
             old.on_root_done(&mut self.host);
         }
-        let metrics = Metrics::define(&cfg, &mut wasm_host::define_counter);
+        let metrics = Metrics::define(&cfg, &mut wasm_host::define_metric);
         let seed = u64::from(getrandom::u32().unwrap_or(0)) << 32
             | u64::from(getrandom::u32().unwrap_or(0));
         let worker = Worker::new(cfg, metrics, seed);
@@ -76,7 +88,8 @@ impl RootContext for Root {
         if self.host.queue.is_none() {
             log::warn!("could not register shared queue {name}: verifier callouts are errors");
         }
-        if worker.cfg.verifier.enabled && !wasm_host::set_tick_period_ms(TICK_MS) {
+        let ticks = worker.cfg.verifier.enabled || worker.cfg.shedding.enabled;
+        if ticks && !wasm_host::set_tick_period_ms(TICK_MS) {
             log::warn!("could not set the tick period");
         }
         log::info!("{}", worker.summary());

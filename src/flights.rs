@@ -10,7 +10,7 @@
 //! The table is bounded: at most [`MAX_FLIGHTS`] claims at once per worker; a claim beyond
 //! that is handled as a verifier error by the caller.
 
-use crate::classify::Class;
+use crate::class::Class;
 use crate::host::ContextId;
 use std::collections::HashMap;
 use std::net::IpAddr;

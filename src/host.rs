@@ -67,6 +67,8 @@ pub trait Host {
     fn response_header(&mut self, name: &str) -> Option<Vec<u8>>;
     /// Every line of response header `name`, in order.
     fn response_header_lines(&mut self, name: &str) -> Vec<Vec<u8>>;
+    /// Removes response header `name` (every line).
+    fn remove_response_header(&mut self, name: &str);
     /// Answers the current request locally (Envoy `sendLocalReply`, applied after the
     /// current callback returns). `Err` if the host refused: the caller fails open.
     fn send_reply(&mut self, reply: &LocalReply<'_>) -> Result<(), HostError>;
@@ -74,6 +76,8 @@ pub trait Host {
     fn resume_request(&mut self) -> Result<(), HostError>;
     /// Adds 1 to counter `id` (a host metric id); errors are ignored.
     fn increment(&mut self, id: u32);
+    /// Sets gauge `id` to `value`; errors are ignored.
+    fn set_gauge(&mut self, id: u32, value: u64);
     /// proxy-wasm shared data, seen by every worker of this Envoy.
     fn shared_data(&self) -> &dyn SharedData;
     /// Starts a verifier callout; its answer arrives as the root context's callout response

@@ -6,25 +6,34 @@
 //! its state in a [`worker::Worker`]. Only `filter.rs` (callbacks -> machine) and
 //! `wasm_host.rs` (the `Host` over the proxy-wasm ABI) are wasm-specific.
 //!
-//! In the order a request meets them: [`client_ip`], [`classify`], [`verification`]
-//! ([`verdict_cache`], [`flights`], [`verify`]), [`engine`] ([`bucket`], [`store`],
-//! [`slot_table`]), [`respond`], and on the way back [`rewrite`]; [`metrics`] counts it all;
-//! [`config`] is parsed once per worker.
+//! In the order a request meets them: [`client_ip`], [`classify`] (the matcher over the
+//! [`catalog`], giving a [`class`]), [`verification`] ([`verdict_cache`], [`flights`],
+//! [`verify`]), [`limiter`] ([`bucket`], [`store`], [`slot_table`],
+//! [`local_store`], [`escalation`]), [`shedding`] ([`origin_health`]), [`respond`], and on the
+//! way back [`rewrite`]; [`metrics`] counts it all; [`config`] is parsed once per worker.
+//! What the filter shares with the verifier sidecar (wire types, bot ids, the catalog data
+//! file) is in the `crawlguard-contract` crate.
 
 pub mod bucket;
+pub mod catalog;
+pub mod class;
 pub mod classify;
 pub mod client_ip;
 pub mod config;
-pub mod engine;
+pub mod escalation;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod fake_host;
 pub mod flights;
 pub mod header_map;
 pub mod host;
+pub mod limiter;
+pub mod local_store;
 pub mod metrics;
+pub mod origin_health;
 pub mod request;
 pub mod respond;
 pub mod rewrite;
+pub mod shedding;
 pub mod slot_table;
 pub mod store;
 pub mod verdict_cache;

@@ -2,7 +2,13 @@
 //!
 //! Counters, in the voice of Envoy's `local_ratelimit` (Envoy shows wasm metrics under the
 //! `wasmcustom.` prefix in `/stats`):
-//! - `crawlguard.class.<class>.<decision>`, decision in [`DECISIONS`];
+//! - `crawlguard.class.<class>.<decision>`, decision in [`DECISIONS`] (`fail_open`: decided
+//!   by the per-worker fallback bucket; `malformed`: a key header naming too many values,
+//!   rejected with 400, or forwarded in shadow mode);
+//! - `crawlguard.class.<class>.<compliance>`, compliance in [`COMPLIANCE`]: requests that
+//!   came back before (`retry_after_ignored`) or after (`retry_after_honoured`, the first
+//!   one) the Retry-After their key was given, and rejections made longer by escalation
+//!   (`escalated`);
 //! - `crawlguard.exempt`: exempt paths (decided before any classification);
 //! - `crawlguard.route.<route>.limited` (enforced and shadow);
 //! - `crawlguard.store.<event>`, event in [`STORE_EVENTS`]: shared-store trouble, each of
@@ -13,12 +19,37 @@
 //! [`Metrics::define`] is the one list: [`names`] runs it with a recorder, the filter with
 //! the host's `define_metric`, so the names and the ids cannot drift.
 
-use crate::classify::Class;
+use crate::class::Class;
 use crate::config::Config;
-use crate::engine::{Decision, Outcome};
+use crate::escalation::Visit;
+use crate::limiter::{Decision, LimitResult};
 
 /// Decisions counted per class.
-pub const DECISIONS: [&str; 4] = ["allowed", "limited", "shadow_limited", "fail_open"];
+pub const DECISIONS: [&str; 7] = [
+    "allowed",
+    "limited",
+    "shadow_limited",
+    "fail_open",
+    "malformed",
+    "shed",
+    "shadow_shed",
+];
+
+/// What a metric is: a counter only goes up; a gauge is set to a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// proxy-wasm metric type 0.
+    Counter,
+    /// proxy-wasm metric type 1.
+    Gauge,
+}
+
+/// Gauges per route when shedding is on (`crawlguard.shed.<route>.level`, then
+/// `crawlguard.origin.<route>.<name>`), in [`RouteGauges`] order.
+pub const ORIGIN_GAUGES: [&str; 4] = ["requests", "error_permille", "p95_ms", "p99_ms"];
+
+/// Retry-After compliance counters per class.
+pub const COMPLIANCE: [&str; 3] = ["retry_after_ignored", "retry_after_honoured", "escalated"];
 
 /// Store event counter suffixes.
 pub const STORE_EVENTS: [&str; 4] = ["error", "cas_exhausted", "collision", "corrupt"];
@@ -97,6 +128,21 @@ struct ClassCounters {
     limited: Id,
     shadow_limited: Id,
     fail_open: Id,
+    malformed: Id,
+    retry_after_ignored: Id,
+    retry_after_honoured: Id,
+    escalated: Id,
+    shed: Id,
+    shadow_shed: Id,
+}
+
+/// One route's shedding gauges.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RouteGauges {
+    /// `crawlguard.shed.<route>.level`.
+    pub level: Id,
+    /// `crawlguard.origin.<route>.{requests,error_permille,p95_ms,p99_ms}` over the window.
+    pub origin: [Id; ORIGIN_GAUGES.len()],
 }
 
 /// Every counter's host id, by what it counts.
@@ -109,6 +155,8 @@ pub struct Metrics {
     verify: [Id; VerifyEvent::ALL.len()],
     rewrite_fix: [Id; REWRITE_FIXES.len()],
     rewrite_status: Vec<(u16, Id)>,
+    /// Per route (shedding only).
+    pub route_gauges: Vec<RouteGauges>,
 }
 
 /// Statuses counted as `crawlguard.rewrite.status_<code>`: the configured ones, and 503
@@ -123,7 +171,26 @@ fn rewrite_statuses(cfg: &Config) -> Vec<u16> {
 
 impl Metrics {
     /// Defines every counter through `define` (name -> host metric id), in a fixed order.
-    pub fn define(cfg: &Config, define: &mut dyn FnMut(&str) -> Id) -> Metrics {
+    pub fn define(cfg: &Config, define: &mut dyn FnMut(&str, MetricKind) -> Id) -> Metrics {
+        let counter = &mut |name: &str| define(name, MetricKind::Counter);
+        let mut m = Self::define_counters(cfg, counter);
+        if cfg.shedding.enabled {
+            m.route_gauges = (0..=cfg.routes.len())
+                .map(|i| {
+                    let route = cfg.route_name(i);
+                    RouteGauges {
+                        level: define(&format!("crawlguard.shed.{route}.level"), MetricKind::Gauge),
+                        origin: ORIGIN_GAUGES.map(|g| {
+                            define(&format!("crawlguard.origin.{route}.{g}"), MetricKind::Gauge)
+                        }),
+                    }
+                })
+                .collect();
+        }
+        m
+    }
+
+    fn define_counters(cfg: &Config, define: &mut dyn FnMut(&str) -> Id) -> Metrics {
         let mut m = Metrics::default();
         for (class, c) in Class::ALL.iter().zip(m.class.iter_mut()) {
             let mut d =
@@ -133,6 +200,12 @@ impl Metrics {
                 limited: d("limited"),
                 shadow_limited: d("shadow_limited"),
                 fail_open: d("fail_open"),
+                malformed: d("malformed"),
+                retry_after_ignored: d("retry_after_ignored"),
+                retry_after_honoured: d("retry_after_honoured"),
+                escalated: d("escalated"),
+                shed: d("shed"),
+                shadow_shed: d("shadow_shed"),
             };
         }
         m.exempt = define("crawlguard.exempt");
@@ -155,6 +228,12 @@ impl Metrics {
         m
     }
 
+    /// Counts a shed request of class `class` (`shadow`: counted, not shed).
+    pub fn record_shed(&self, class: Class, shadow: bool, inc: &mut dyn FnMut(u32)) {
+        let c = self.class.get(class.index()).copied().unwrap_or_default();
+        bump(if shadow { c.shadow_shed } else { c.shed }, inc);
+    }
+
     /// Counts an exempt request.
     pub fn record_exempt(&self, inc: &mut dyn FnMut(u32)) {
         bump(self.exempt, inc);
@@ -162,12 +241,13 @@ impl Metrics {
 
     /// Counts the decision for a request of class `class`: its decision, `fail_open` when
     /// the per-worker fallback decided, the route's `limited`, and each kind of store trouble.
-    pub fn record(&self, class: Class, outcome: &Outcome, inc: &mut dyn FnMut(u32)) {
+    pub fn record(&self, class: Class, outcome: &LimitResult, inc: &mut dyn FnMut(u32)) {
         let c = self.class.get(class.index()).copied().unwrap_or_default();
         let (decision, limited) = match outcome.decision {
-            Decision::Allowed | Decision::Exempt => (c.allowed, false),
+            Decision::Allowed => (c.allowed, false),
             Decision::Limited(_) => (c.limited, true),
             Decision::ShadowLimited(_) => (c.shadow_limited, true),
+            Decision::Malformed { .. } | Decision::ShadowMalformed { .. } => (c.malformed, false),
         };
         bump(decision, inc);
         if outcome.store.fell_back() {
@@ -178,6 +258,14 @@ impl Metrics {
                 self.route_limited.get(outcome.route).copied().flatten(),
                 inc,
             );
+        }
+        match outcome.visit {
+            Visit::Ignored => bump(c.retry_after_ignored, inc),
+            Visit::Honoured => bump(c.retry_after_honoured, inc),
+            Visit::Unremarkable => {}
+        }
+        if outcome.escalated {
+            bump(c.escalated, inc);
         }
         let ev = outcome.store;
         for (n, id) in [ev.errors, ev.cas_exhausted, ev.collisions, ev.corrupt]
@@ -225,7 +313,7 @@ fn bump(id: Id, inc: &mut dyn FnMut(u32)) {
 /// Every counter name the filter defines for `cfg`, in definition order.
 pub fn names(cfg: &Config) -> Vec<String> {
     let mut v = Vec::new();
-    Metrics::define(cfg, &mut |n| {
+    Metrics::define(cfg, &mut |n, _| {
         v.push(n.to_string());
         None
     });
@@ -236,14 +324,14 @@ pub fn names(cfg: &Config) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::config;
-    use crate::engine::{Reject, StoreEvents};
+    use crate::limiter::{OverLimit, StoreEvents};
     use std::collections::HashMap;
 
     /// Defines `cfg`'s counters with ids 100, 101, ... and returns them with a name lookup.
     fn defined(cfg: &Config) -> (Metrics, HashMap<u32, String>) {
         let mut by_id = HashMap::new();
         let mut next = 100;
-        let m = Metrics::define(cfg, &mut |n| {
+        let m = Metrics::define(cfg, &mut |n, _| {
             next += 1;
             by_id.insert(next, n.to_string());
             Some(next)
@@ -262,11 +350,13 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 8 * 4 + 1 + 2 + 4 + 9 + 5 + 2);
+        assert_eq!(n.len(), 8 * 10 + 1 + 2 + 4 + 9 + 5 + 2);
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
-        assert_eq!(n[32], "crawlguard.exempt");
-        assert_eq!(n[33], "crawlguard.route.api.limited");
-        assert_eq!(n[34], "crawlguard.route.default.limited");
+        assert_eq!(n[4], "crawlguard.class.search_crawler.malformed");
+        assert_eq!(n[5], "crawlguard.class.search_crawler.retry_after_ignored");
+        assert_eq!(n[80], "crawlguard.exempt");
+        assert_eq!(n[81], "crawlguard.route.api.limited");
+        assert_eq!(n[82], "crawlguard.route.default.limited");
         assert_eq!(
             n.last().map(String::as_str),
             Some("crawlguard.rewrite.status_503")
@@ -282,9 +372,9 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let (m, by_id) = defined(&cfg);
-        let out = Outcome {
+        let out = LimitResult {
             route: 1,
-            decision: Decision::Limited(Reject {
+            decision: Decision::Limited(OverLimit {
                 limit: 0,
                 status: 429,
                 retry_after_s: 3,
@@ -293,6 +383,9 @@ mod tests {
                 errors: 1,
                 ..StoreEvents::default()
             },
+            visit: Visit::Ignored,
+            escalated: true,
+            reservations: Vec::new(),
         };
         assert_eq!(
             hits(&by_id, |inc| m.record(Class::Human, &out, inc)),
@@ -300,6 +393,8 @@ mod tests {
                 "crawlguard.class.human.limited",
                 "crawlguard.class.human.fail_open",
                 "crawlguard.route.default.limited",
+                "crawlguard.class.human.retry_after_ignored",
+                "crawlguard.class.human.escalated",
                 "crawlguard.store.error"
             ]
         );
@@ -338,7 +433,7 @@ mod tests {
     #[test]
     fn failed_definitions_are_skipped() {
         let cfg = config::parse(b"").expect("default");
-        let m = Metrics::define(&cfg, &mut |_| None);
+        let m = Metrics::define(&cfg, &mut |_, _| None);
         let mut n = 0;
         m.record_exempt(&mut |_| n += 1);
         m.record_verify(VerifyEvent::Error, &mut |_| n += 1);

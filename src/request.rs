@@ -5,19 +5,19 @@
 //!   |--classify; claim to verify, no usable verdict--------> AwaitingVerdict --verdict--+
 //!   |--class known (browser, script, cached verdict, ...)-----------------------------+
 //!                                                                                     v
-//!                                          limits: Forwarded(class) or Replied (429/503/400)
+//!                         shed (origin unhealthy) or limits: Forwarded or Replied (429/503/400)
 //! ```
 //!
 //! On the response path an upstream rejection (or a degraded page for a verified crawler)
 //! is replaced by crawlguard's own; a request answered by crawlguard itself is never
 //! rewritten. `filter.rs` only translates callbacks into these calls.
 
-use crate::classify::Class;
+use crate::class::Class;
 use crate::client_ip;
 use crate::config::{Config, IpSource, KeyKind};
-use crate::engine::{self, Decision};
 use crate::flights::{Claim, Waiter};
 use crate::host::{ContextId, Host, LocalReply};
+use crate::limiter::{self, Decision, RequestKeys, Reservation};
 use crate::respond;
 use crate::rewrite;
 use crate::verification::{self, Check};
@@ -48,44 +48,59 @@ enum Phase {
     Exempt,
     /// Paused until its claim's verdict arrives.
     AwaitingVerdict(Box<Facts>),
-    /// Sent upstream with this class.
-    Forwarded(Class),
+    /// Sent upstream.
+    Forwarded {
+        /// The class it was sent with.
+        class: Class,
+        /// Cost reservations to settle on the response.
+        reservations: Vec<Reservation>,
+        /// Its route.
+        route: usize,
+        /// When it was sent, ns (kept only when shedding measures the origin).
+        sent_at_ns: Option<u64>,
+    },
     /// Answered locally by crawlguard.
     Replied,
 }
 
-/// The request facts verification and limiting need, read once from the request headers.
+/// The request facts verification and limiting need, derived once from the request
+/// headers (and kept while the request waits for a verdict).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Facts {
-    /// `:path`, query string included.
-    pub path: Vec<u8>,
-    /// Envoy's downstream address (`source.address`).
-    pub remote: Option<Vec<u8>>,
-    /// `x-forwarded-for`, read only with `client_ip.source: xff`.
-    pub xff: Option<Vec<u8>>,
-    /// The full client address (per `client_ip`); `None` if nothing parses.
+    /// Route index (see [`Config::route_name`]).
+    pub route: usize,
+    /// The full client address (per `client_ip`): what a crawler claim is about; `None` if
+    /// nothing parses.
     pub client_ip: Option<IpAddr>,
+    /// The client address masked to its prefix: the `client_ip` bucket key and the prefix
+    /// whose spoofed verdicts are counted.
+    pub client_prefix: Option<IpAddr>,
     /// The path (query ignored) is in `exempt_paths`.
     pub exempt: bool,
 }
 
+/// `:path` without its query string (and fragment).
+pub fn path_only(path: &[u8]) -> &[u8] {
+    let end = path
+        .iter()
+        .position(|b| *b == b'?' || *b == b'#')
+        .unwrap_or(path.len());
+    path.get(..end).unwrap_or(path)
+}
+
 impl Facts {
     /// Reads the facts of the current request (host calls: `:path`, the downstream
-    /// address, and `x-forwarded-for` when configured).
+    /// address, and `x-forwarded-for` when configured; only `:path` for an exempt path).
     pub fn read(cfg: &Config, host: &mut dyn Host) -> Facts {
-        let path = host.request_header(":path").unwrap_or_default();
-        let exempt = {
-            let p = engine::path_only(&path);
-            cfg.exempt_paths.iter().any(|e| e.as_bytes() == p)
-        };
-        if exempt {
-            // Nothing else is needed for an exempt path.
+        let raw_path = host.request_header(":path").unwrap_or_default();
+        let path = path_only(&raw_path);
+        let route = cfg.route_of(path);
+        if cfg.exempt_paths.iter().any(|e| e.as_bytes() == path) {
             return Facts {
-                path,
-                remote: None,
-                xff: None,
+                route,
                 client_ip: None,
-                exempt,
+                client_prefix: None,
+                exempt: true,
             };
         }
         let remote = host.downstream_address();
@@ -95,11 +110,10 @@ impl Facts {
         };
         let client_ip = client_ip::client_ip(&cfg.client_ip, remote.as_deref(), xff.as_deref());
         Facts {
-            path,
-            remote,
-            xff,
+            route,
             client_ip,
-            exempt,
+            client_prefix: client_ip.map(|ip| client_ip::masked(ip, &cfg.client_ip)),
+            exempt: false,
         }
     }
 }
@@ -109,13 +123,17 @@ impl Facts {
 #[derive(Debug, Default)]
 pub struct RequestState {
     phase: Phase,
+    /// The request's route (set with its facts).
+    route: usize,
+    /// When the limits let it through, ns (only when shedding measures the origin).
+    sent_at_ns: Option<u64>,
 }
 
 impl RequestState {
     /// The class the request was forwarded with, if it was.
     pub fn forwarded_class(&self) -> Option<Class> {
         match self.phase {
-            Phase::Forwarded(c) => Some(c),
+            Phase::Forwarded { class, .. } => Some(class),
             _ => None,
         }
     }
@@ -179,9 +197,18 @@ impl RequestState {
     /// Takes tokens for `class` and forwards (annotated with the class) or answers locally.
     fn decide(&mut self, w: &Worker, host: &mut dyn Host, facts: &Facts, class: Class) -> Step {
         let cfg = &w.cfg;
+        self.route = facts.route;
         let Some(now) = host.now_ns() else {
-            return self.forward(cfg, host, class);
+            return self.forward(cfg, host, class, Vec::new());
         };
+        if cfg.shedding.enabled {
+            self.sent_at_ns = Some(now);
+            if w.is_shed(class, facts.route) {
+                if let Some(step) = self.shed(w, host, class, facts) {
+                    return step;
+                }
+            }
+        }
         // Header-keyed limits need every line of their header; read them up front (only
         // when such limits exist).
         let key_headers: Vec<(&str, Vec<Vec<u8>>)> = cfg
@@ -193,30 +220,22 @@ impl RequestState {
             })
             .map(|name| (name, host.request_header_lines(name)))
             .collect();
-        let header = |name: &str| -> Vec<Vec<u8>> {
-            key_headers
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default()
+        let keys = RequestKeys {
+            route: facts.route,
+            client: facts.client_prefix,
+            key_headers: &key_headers,
         };
-        let req = engine::Request {
-            path: &facts.path,
-            remote_address: facts.remote.as_deref(),
-            xff: facts.xff.as_deref(),
-            header: &header,
-        };
-        let out = match w.limiter.try_borrow_mut() {
-            Ok(mut lim) => engine::decide(
+        let mut out = match w.limiter.try_borrow_mut() {
+            Ok(mut lim) => limiter::decide(
                 cfg,
                 &mut lim,
                 host.shared_data(),
-                &req,
+                &keys,
                 class,
                 now,
                 &mut || w.next_random(),
             ),
-            Err(_) => return self.forward(cfg, host, class),
+            Err(_) => return self.forward(cfg, host, class, Vec::new()),
         };
         w.metrics.record(class, &out, &mut |id| host.increment(id));
         if out.store.fell_back() && w.store_warning.due(now) {
@@ -237,9 +256,35 @@ impl RequestState {
                     r.retry_after_s,
                     r.status
                 );
-                return self.forward(cfg, host, class);
+                return self.forward(cfg, host, class, std::mem::take(&mut out.reservations));
             }
-            Decision::Allowed | Decision::Exempt => return self.forward(cfg, host, class),
+            Decision::Malformed { limit } | Decision::ShadowMalformed { limit } => {
+                let shadow = matches!(out.decision, Decision::ShadowMalformed { .. });
+                log::debug!(
+                    "{}malformed_key class={} route={} limit={} (more than {} key values)",
+                    if shadow { "shadow_" } else { "" },
+                    class.as_str(),
+                    cfg.route_name(out.route),
+                    cfg.limits.get(limit).map_or("?", |l| l.name.as_str()),
+                    limiter::MAX_KEY_VALUES
+                );
+                if shadow {
+                    return self.forward(cfg, host, class, Vec::new());
+                }
+                host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
+                return if self.reply(
+                    host,
+                    &respond::malformed_key(),
+                    respond::DETAILS_MALFORMED_KEY,
+                ) {
+                    Step::Pause
+                } else {
+                    self.forward(cfg, host, class, Vec::new())
+                };
+            }
+            Decision::Allowed => {
+                return self.forward(cfg, host, class, std::mem::take(&mut out.reservations))
+            }
         };
         let limit = cfg.limits.get(r.limit);
         log::debug!(
@@ -264,7 +309,43 @@ impl RequestState {
         if self.reply(host, &rej, respond::DETAILS_LIMITED) {
             Step::Pause
         } else {
-            self.forward(cfg, host, class)
+            self.forward(cfg, host, class, Vec::new())
+        }
+    }
+
+    /// The origin is unhealthy and `class` is shed on this route: 503 + Retry-After (base
+    /// `step_s`, the soonest the level can fall, clamped to `shedding.retry_after`, plus
+    /// jitter), no tokens taken. In shadow mode the shed is counted and the request goes on
+    /// (`None`: carry on with the limits).
+    fn shed(
+        &mut self,
+        w: &Worker,
+        host: &mut dyn Host,
+        class: Class,
+        facts: &Facts,
+    ) -> Option<Step> {
+        let cfg = &w.cfg;
+        let sh = &cfg.shedding;
+        let shadow = sh.mode == crate::config::Mode::Shadow;
+        w.metrics
+            .record_shed(class, shadow, &mut |id| host.increment(id));
+        log::debug!(
+            "{}shed class={} route={}",
+            if shadow { "shadow_" } else { "" },
+            class.as_str(),
+            cfg.route_name(facts.route)
+        );
+        if shadow {
+            return None;
+        }
+        let wait_ns = u64::from(sh.step_s).saturating_mul(1_000_000_000);
+        let ra = respond::retry_after_s(wait_ns, &sh.retry_after, w.next_random());
+        let rej = respond::rejection(503, ra, None);
+        host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
+        if self.reply(host, &rej, respond::DETAILS_SHED) {
+            Some(Step::Pause)
+        } else {
+            Some(self.forward(cfg, host, class, Vec::new()))
         }
     }
 
@@ -285,8 +366,19 @@ impl RequestState {
     }
 
     /// Lets the request go upstream, annotated with its class.
-    fn forward(&mut self, cfg: &Config, host: &mut dyn Host, class: Class) -> Step {
-        self.phase = Phase::Forwarded(class);
+    fn forward(
+        &mut self,
+        cfg: &Config,
+        host: &mut dyn Host,
+        class: Class,
+        reservations: Vec<Reservation>,
+    ) -> Step {
+        self.phase = Phase::Forwarded {
+            class,
+            reservations,
+            route: self.route,
+            sent_at_ns: self.sent_at_ns,
+        };
         host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
         Step::Continue
     }
@@ -299,7 +391,22 @@ impl RequestState {
             return Step::Continue;
         }
         let cfg = &w.cfg;
+        if !cfg.cost_headers.is_empty() {
+            self.settle_costs(w, host);
+        }
         let status = host.response_header(":status");
+        if let Phase::Forwarded {
+            route,
+            sent_at_ns: Some(sent),
+            ..
+        } = self.phase
+        {
+            // The origin's health: time from forwarding to response headers, and 5xx
+            // (Envoy's own 503/504 for resets and timeouts included).
+            let now = host.now_ns().unwrap_or(sent);
+            let error = status.as_deref().is_some_and(|s| s.first() == Some(&b'5'));
+            w.record_response(route, now.saturating_sub(sent) / 1_000_000, error);
+        }
         // Cheap exit for the common case before reading anything else.
         let code = status.as_deref().unwrap_or_default();
         let num = std::str::from_utf8(code)
@@ -359,6 +466,50 @@ impl RequestState {
     }
 }
 
+/// The cost an origin reports: a whole number of tokens, at most 1,000,000 (`None` for
+/// anything else: the reservation stands).
+pub fn parse_cost(value: &[u8]) -> Option<u32> {
+    let v = value.trim_ascii();
+    if v.is_empty() || v.len() > 7 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v)
+        .ok()?
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n <= 1_000_000)
+}
+
+impl RequestState {
+    /// Settles the request's cost reservations at what the origin reports in each limit's
+    /// cost header (missing or invalid: at the reservation), then removes every cost header
+    /// from the response: it is for crawlguard, not for the client.
+    fn settle_costs(&mut self, w: &Worker, host: &mut dyn Host) {
+        let cfg = &w.cfg;
+        let reservations = match &mut self.phase {
+            Phase::Forwarded { reservations, .. } => std::mem::take(reservations),
+            _ => Vec::new(),
+        };
+        if !reservations.is_empty() {
+            let now = host.now_ns().unwrap_or(0);
+            for r in &reservations {
+                let actual = cfg
+                    .limits
+                    .get(r.limit)
+                    .and_then(|l| l.cost.as_ref())
+                    .and_then(|c| host.response_header(&c.from_response_header))
+                    .and_then(|v| parse_cost(&v));
+                if let Ok(mut lim) = w.limiter.try_borrow_mut() {
+                    lim.settle(cfg, host.shared_data(), r, actual, now);
+                }
+            }
+        }
+        for name in &cfg.cost_headers {
+            host.remove_response_header(name);
+        }
+    }
+}
+
 /// The class of a `verify: true` claim from what is known now, or `None` after pausing the
 /// request on the claim's flight.
 fn verify_claim(
@@ -381,10 +532,11 @@ fn verify_claim(
     let Some(ip) = facts.client_ip else {
         return Some(Class::UnverifiedBot);
     };
+    let prefix = facts.client_prefix.unwrap_or(ip);
     let (fp, prefix_fp) = match w.limiter.try_borrow() {
         Ok(l) => (
             l.claim_fingerprint(ip, bot_id),
-            l.prefix_fingerprint(client_ip::masked(ip, &w.cfg.client_ip)),
+            l.prefix_fingerprint(prefix),
         ),
         Err(_) => return Some(Class::UnverifiedBot),
     };
@@ -420,5 +572,35 @@ pub fn resume(w: &Worker, host: &mut dyn Host, waiter: &Waiter<Handle>, class: C
     }
     if state.on_verdict(w, host, class) == Some(Step::Continue) {
         let _ = host.resume_request();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_cost, path_only};
+
+    #[test]
+    fn costs_are_whole_numbers_up_to_a_million() {
+        assert_eq!(parse_cost(b"37"), Some(37));
+        assert_eq!(parse_cost(b" 0 "), Some(0));
+        assert_eq!(parse_cost(b"1000000"), Some(1_000_000));
+        for bad in [
+            &b""[..],
+            b"1000001",
+            b"-1",
+            b"3.5",
+            b"12a",
+            b"99999999",
+            b"\xff",
+        ] {
+            assert_eq!(parse_cost(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn path_only_strips_query_and_fragment() {
+        assert_eq!(path_only(b"/a?b#c"), b"/a");
+        assert_eq!(path_only(b"/a#c?d"), b"/a");
+        assert_eq!(path_only(b""), b"");
     }
 }

@@ -79,8 +79,31 @@ pub fn rejection(
     }
 }
 
+/// Body of the 400 for a request whose rate-limit key header names more than
+/// `limiter::MAX_KEY_VALUES` distinct values.
+pub const MALFORMED_KEY_BODY: &str =
+    "400 Bad Request: too many values in a rate-limit key header\n";
+
+/// The 400 for a request whose rate-limit key header names too many values: `cache-control:
+/// no-store`, `content-type: text/plain; charset=utf-8`, a one-line body, and no
+/// Retry-After (the same request will never pass, however long the client waits).
+pub fn malformed_key() -> Rejection {
+    Rejection {
+        status: 400,
+        headers: vec![
+            ("cache-control", "no-store".to_string()),
+            ("content-type", "text/plain; charset=utf-8".to_string()),
+        ],
+        body: MALFORMED_KEY_BODY,
+    }
+}
+
 /// `%RESPONSE_CODE_DETAILS%` of a rejection crawlguard decided itself.
 pub const DETAILS_LIMITED: &str = "crawlguard_rate_limited";
+/// `%RESPONSE_CODE_DETAILS%` of a request shed because the origin is unhealthy.
+pub const DETAILS_SHED: &str = "crawlguard_shed";
+/// `%RESPONSE_CODE_DETAILS%` of a request rejected for a malformed rate-limit key.
+pub const DETAILS_MALFORMED_KEY: &str = "crawlguard_malformed_key";
 /// `%RESPONSE_CODE_DETAILS%` of an upstream rejection crawlguard normalised.
 pub const DETAILS_NORMALISED: &str = "crawlguard_normalised_upstream";
 
@@ -157,6 +180,24 @@ mod tests {
         assert!(body(502).starts_with("502 Bad Gateway"));
         assert!(body(504).starts_with("504 Gateway Timeout"));
         assert!(body(507).starts_with("Server error"));
+    }
+
+    #[test]
+    fn malformed_key_rejection_is_a_cacheless_400_without_retry_after() {
+        let r = malformed_key();
+        assert_eq!(r.status, 400);
+        assert_eq!(
+            r.headers,
+            vec![
+                ("cache-control", "no-store".to_string()),
+                ("content-type", "text/plain; charset=utf-8".to_string()),
+            ]
+        );
+        assert_eq!(
+            r.body,
+            "400 Bad Request: too many values in a rate-limit key header\n"
+        );
+        assert!(r.body.len() <= 64);
     }
 
     #[test]

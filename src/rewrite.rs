@@ -6,7 +6,7 @@
 //! `Cache-Control: no-store`, the one-line body, no validators, no robots directives) and
 //! Envoy drops the upstream response instead of buffering it.
 
-use crate::classify::Class;
+use crate::class::Class;
 use crate::config::{ClassPolicy, Config};
 use crate::respond;
 

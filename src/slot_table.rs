@@ -11,7 +11,7 @@
 //!
 //! Slot bytes: version (1) + owner fingerprint (8, little-endian) + the value's own encoding.
 
-use crate::store::{SharedData, StoreError};
+use crate::store::{SharedData, StateKey, StateStore, StoreError, StoreFault};
 use std::marker::PhantomData;
 
 /// A fixed-size value kept in a slot.
@@ -28,6 +28,9 @@ pub trait SlotValue: Copy {
     /// (its slot is free for any key); a key may take another key's slot when its new value
     /// ranks strictly higher than the occupant.
     fn rank(&self, now_ns: u64) -> u8;
+    /// From when on this value ranks 0 if nothing changes it, ns since the Unix epoch (the
+    /// per-worker fallback's eviction order; `u64::MAX` when it never expires by itself).
+    fn free_at_ns(&self) -> u64;
 }
 
 /// Largest [`SlotValue::LEN`] supported.
@@ -36,20 +39,6 @@ pub const MAX_VALUE_LEN: usize = 48;
 const HEADER_LEN: usize = 9;
 /// Fingerprint of an unowned slot (pre-created slots).
 const NO_OWNER: u64 = 0;
-
-/// Why the shared table could not serve a request (each is counted by the caller; none
-/// fails a request).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlotError {
-    /// A host call failed.
-    Store,
-    /// Every CAS attempt lost a race.
-    CasExhausted,
-    /// Both candidate slots hold other keys' values that rank as high as ours.
-    Collision,
-    /// A slot held bytes that do not decode; it was reset to unowned for the next request.
-    Corrupt,
-}
 
 /// Where a key's value lives: candidate 0 or 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,19 +116,19 @@ impl<V: SlotValue> SlotTable<V> {
 
     /// Reads one slot as seen by key `fp`, with its CAS. A slot that does not decode is not
     /// trusted (it may be a live value seen through a faulty store): it is reset to unowned,
-    /// so a one-off corruption heals, and this request gets [`SlotError::Corrupt`].
+    /// so a one-off corruption heals, and this request gets [`StoreFault::Corrupt`].
     fn view(
         &self,
         store: &dyn SharedData,
         idx: usize,
         fp: u64,
         now_ns: u64,
-    ) -> Result<(View<V>, u32), SlotError> {
+    ) -> Result<(View<V>, u32), StoreFault> {
         let key = self.key(idx);
         // Absent (not pre-created): free; a CAS-0 write creates it.
         let (bytes, cas) = store
             .get(key)
-            .map_err(|_| SlotError::Store)?
+            .map_err(|_| StoreFault::Store)?
             .unwrap_or_default();
         if bytes.is_empty() {
             return Ok((View::Other(0), cas));
@@ -151,7 +140,7 @@ impl<V: SlotValue> SlotTable<V> {
             _ => {
                 let empty = unowned::<V>();
                 let _ = store.set(key, empty.get(..Self::slot_len()).unwrap_or_default(), cas);
-                Err(SlotError::Corrupt)
+                Err(StoreFault::Corrupt)
             }
         }
     }
@@ -160,7 +149,7 @@ impl<V: SlotValue> SlotTable<V> {
     /// value could take with the rank of the occupant. The second candidate is read only
     /// when the first is not ours, and a free first slot is taken only after checking that
     /// `fp` does not already own the second (that would fork its value).
-    fn find(&self, store: &dyn SharedData, fp: u64, now_ns: u64) -> Result<Found<V>, SlotError> {
+    fn find(&self, store: &dyn SharedData, fp: u64, now_ns: u64) -> Result<Found<V>, StoreFault> {
         let [a, b] = self.candidates(fp);
         let (va, cas_a) = self.view(store, a, fp, now_ns)?;
         let rank_a = match va {
@@ -183,7 +172,7 @@ impl<V: SlotValue> SlotTable<V> {
         store: &dyn SharedData,
         fp: u64,
         now_ns: u64,
-    ) -> Result<Option<V>, SlotError> {
+    ) -> Result<Option<V>, StoreFault> {
         match self.find(store, key_fp(fp), now_ns)? {
             Found::Ours(_, v, _) => Ok(Some(v)),
             Found::Vacant(..) => Ok(None),
@@ -195,7 +184,7 @@ impl<V: SlotValue> SlotTable<V> {
     /// retrying from the read on a lost race (up to `cas_retries` times; `f` may run again).
     /// `f` returning no new value leaves the store untouched.
     ///
-    /// Errors: [`SlotError`]; then nothing was written and the caller decides elsewhere
+    /// Errors: [`StoreFault`]; then nothing was written and the caller decides elsewhere
     /// (the per-worker fallback, or a cache miss).
     pub fn measure_and_replace<T>(
         &self,
@@ -203,7 +192,7 @@ impl<V: SlotValue> SlotTable<V> {
         fp: u64,
         now_ns: u64,
         mut f: impl FnMut(Option<V>) -> (T, Option<V>),
-    ) -> Result<(T, SlotRef), SlotError> {
+    ) -> Result<(T, SlotRef), StoreFault> {
         let fp = key_fp(fp);
         for _ in 0..=self.cas_retries {
             let (idx, current, cas, occupant_rank) = match self.find(store, fp, now_ns)? {
@@ -215,7 +204,7 @@ impl<V: SlotValue> SlotTable<V> {
                 return Ok((out, self.slot_ref(fp, idx)));
             };
             if occupant_rank.is_some_and(|r| r > 0 && new.rank(now_ns) <= r) {
-                return Err(SlotError::Collision);
+                return Err(StoreFault::Collision);
             }
             let bytes = encode_slot(fp, &new);
             match store.set(
@@ -225,10 +214,10 @@ impl<V: SlotValue> SlotTable<V> {
             ) {
                 Ok(()) => return Ok((out, self.slot_ref(fp, idx))),
                 Err(StoreError::CasMismatch) => continue,
-                Err(StoreError::Host(_)) => return Err(SlotError::Store),
+                Err(StoreError::Host(_)) => return Err(StoreFault::Store),
             }
         }
-        Err(SlotError::CasExhausted)
+        Err(StoreFault::CasExhausted)
     }
 
     /// Like [`SlotTable::measure_and_replace`], but only on the slot `at` (where an earlier
@@ -240,19 +229,19 @@ impl<V: SlotValue> SlotTable<V> {
         fp: u64,
         at: SlotRef,
         mut f: impl FnMut(V) -> V,
-    ) -> Result<(), SlotError> {
+    ) -> Result<(), StoreFault> {
         let fp = key_fp(fp);
         let idx = self.candidates(fp)[usize::from(at.0 & 1)];
         for _ in 0..=self.cas_retries {
             let (bytes, cas) = store
                 .get(self.key(idx))
-                .map_err(|_| SlotError::Store)?
+                .map_err(|_| StoreFault::Store)?
                 .unwrap_or_default();
             let Some((owner, Some(v))) = decode_slot::<V>(&bytes) else {
-                return Err(SlotError::Corrupt);
+                return Err(StoreFault::Corrupt);
             };
             if owner != fp {
-                return Err(SlotError::Collision);
+                return Err(StoreFault::Collision);
             }
             let new = encode_slot(fp, &f(v));
             match store.set(
@@ -262,15 +251,46 @@ impl<V: SlotValue> SlotTable<V> {
             ) {
                 Ok(()) => return Ok(()),
                 Err(StoreError::CasMismatch) => continue,
-                Err(StoreError::Host(_)) => return Err(SlotError::Store),
+                Err(StoreError::Host(_)) => return Err(StoreFault::Store),
             }
         }
-        Err(SlotError::CasExhausted)
+        Err(StoreFault::CasExhausted)
     }
 
     fn slot_ref(&self, fp: u64, idx: usize) -> SlotRef {
         let [a, _] = self.candidates(fp);
         SlotRef(u8::from(idx != a))
+    }
+}
+
+/// A [`SlotTable`] in a given shared store: the shared implementation of [`StateStore`].
+pub struct SharedSlots<'a, V> {
+    /// The table.
+    pub table: &'a SlotTable<V>,
+    /// The shared data it lives in.
+    pub store: &'a dyn SharedData,
+}
+
+impl<V: SlotValue> StateStore<V> for SharedSlots<'_, V> {
+    type Place = SlotRef;
+
+    fn measure_and_replace<T>(
+        &mut self,
+        key: StateKey,
+        now_ns: u64,
+        f: impl FnMut(Option<V>) -> (T, Option<V>),
+    ) -> Result<(T, SlotRef), StoreFault> {
+        self.table
+            .measure_and_replace(self.store, key.fp, now_ns, f)
+    }
+
+    fn replace_at(
+        &mut self,
+        key: StateKey,
+        at: SlotRef,
+        f: impl FnMut(V) -> V,
+    ) -> Result<(), StoreFault> {
+        self.table.replace_at(self.store, key.fp, at, f)
     }
 }
 
@@ -362,6 +382,9 @@ mod tests {
         fn rank(&self, _now: u64) -> u8 {
             u8::try_from(self.0).unwrap_or(u8::MAX)
         }
+        fn free_at_ns(&self) -> u64 {
+            u64::MAX
+        }
     }
 
     fn table(slots: u32) -> (SlotTable<Count>, MemStore) {
@@ -371,7 +394,7 @@ mod tests {
         (t, s)
     }
 
-    fn add(t: &SlotTable<Count>, s: &MemStore, fp: u64, n: u64) -> Result<u64, SlotError> {
+    fn add(t: &SlotTable<Count>, s: &MemStore, fp: u64, n: u64) -> Result<u64, StoreFault> {
         t.measure_and_replace(s, fp, 0, |c| {
             let v = c.map_or(0, |c| c.0) + n;
             (v, Some(Count(v)))
@@ -405,7 +428,7 @@ mod tests {
         let (t, s) = table(1);
         assert_eq!(add(&t, &s, 1, 5), Ok(5));
         // Key 2 (rank 3) may not take key 1's slot (rank 5).
-        assert_eq!(add(&t, &s, 2, 3), Err(SlotError::Collision));
+        assert_eq!(add(&t, &s, 2, 3), Err(StoreFault::Collision));
         assert_eq!(t.get(&s, 1, 0), Ok(Some(Count(5))));
         // Rank 9 > 5: key 2 takes the slot; key 1's value is gone, not merged.
         assert_eq!(add(&t, &s, 2, 9), Ok(9));
@@ -433,11 +456,11 @@ mod tests {
         let (t, s) = table(8);
         assert_eq!(add(&t, &s, 3, 1), Ok(1));
         s.fault.set(Fault::Error);
-        assert_eq!(add(&t, &s, 3, 1), Err(SlotError::Store));
+        assert_eq!(add(&t, &s, 3, 1), Err(StoreFault::Store));
         s.fault.set(Fault::CasMismatch);
-        assert_eq!(add(&t, &s, 3, 1), Err(SlotError::CasExhausted));
+        assert_eq!(add(&t, &s, 3, 1), Err(StoreFault::CasExhausted));
         s.fault.set(Fault::Truncate);
-        assert_eq!(add(&t, &s, 3, 1), Err(SlotError::Corrupt));
+        assert_eq!(add(&t, &s, 3, 1), Err(StoreFault::Corrupt));
         s.fault.set(Fault::None);
         // The truncated read reset the slot: the key starts over, and the table works.
         assert_eq!(add(&t, &s, 3, 1), Ok(1));
@@ -454,7 +477,7 @@ mod tests {
         assert_eq!(add(&t, &s, 2, 200), Ok(200));
         assert_eq!(
             t.replace_at(&s, 1, at, |c| Count(c.0 - 1)),
-            Err(SlotError::Collision)
+            Err(StoreFault::Collision)
         );
     }
 

@@ -8,9 +8,9 @@
 //! not hand a verified crawler to the unverified bucket. A failed callout also starts a
 //! backoff (`error_ttl_s`) during which the claim is not called out again.
 
-use crate::slot_table::{read_u64, write_u64, SlotError, SlotTable, SlotValue};
-use crate::store::{SharedData, StoreError};
-use crate::verify::BotVerdict;
+use crate::slot_table::{read_u64, write_u64, SlotTable, SlotValue};
+use crate::store::{SharedData, StoreError, StoreFault};
+use crate::verify::Verdict;
 
 /// Shared-data key prefix of claim slots.
 pub const CLAIM_PREFIX: &str = "cg:v:";
@@ -21,7 +21,7 @@ pub const PREFIX_PREFIX: &str = "cg:p:";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ClaimEntry {
     /// The last verdict the verifier gave (`None`: none yet, only a failed callout).
-    pub verdict: Option<BotVerdict>,
+    pub verdict: Option<Verdict>,
     /// The verdict is fresh until then, ns since the Unix epoch.
     pub fresh_until_ns: u64,
     /// The verdict may stand in for a failed callout until then, ns.
@@ -32,12 +32,12 @@ pub struct ClaimEntry {
 
 impl ClaimEntry {
     /// The verdict if it is fresh at `now_ns`.
-    pub fn fresh(&self, now_ns: u64) -> Option<BotVerdict> {
+    pub fn fresh(&self, now_ns: u64) -> Option<Verdict> {
         self.verdict.filter(|_| now_ns < self.fresh_until_ns)
     }
 
     /// The verdict if it may stand in for a failed callout at `now_ns` (fresh or stale).
-    pub fn usable_on_error(&self, now_ns: u64) -> Option<BotVerdict> {
+    pub fn usable_on_error(&self, now_ns: u64) -> Option<Verdict> {
         self.verdict.filter(|_| now_ns < self.stale_until_ns)
     }
 
@@ -56,9 +56,9 @@ impl SlotValue for ClaimEntry {
         if let Some(b) = out.first_mut() {
             *b = match self.verdict {
                 None => 0,
-                Some(BotVerdict::Verified) => 1,
-                Some(BotVerdict::Spoofed) => 2,
-                Some(BotVerdict::Unknown) => 3,
+                Some(Verdict::Verified) => 1,
+                Some(Verdict::Spoofed) => 2,
+                Some(Verdict::Unknown) => 3,
             };
         }
         write_u64(out, 1, self.fresh_until_ns);
@@ -69,9 +69,9 @@ impl SlotValue for ClaimEntry {
     fn decode(b: &[u8]) -> Option<Self> {
         let verdict = match b.first()? {
             0 => None,
-            1 => Some(BotVerdict::Verified),
-            2 => Some(BotVerdict::Spoofed),
-            3 => Some(BotVerdict::Unknown),
+            1 => Some(Verdict::Verified),
+            2 => Some(Verdict::Spoofed),
+            3 => Some(Verdict::Unknown),
             _ => return None,
         };
         Some(ClaimEntry {
@@ -87,13 +87,17 @@ impl SlotValue for ClaimEntry {
     /// verdicts; then unknown verdicts and running backoffs; anything else is free.
     fn rank(&self, now_ns: u64) -> u8 {
         match (self.fresh(now_ns), self.usable_on_error(now_ns)) {
-            (Some(BotVerdict::Verified), _) => 4,
-            (_, Some(BotVerdict::Verified)) => 3,
-            (Some(BotVerdict::Spoofed), _) => 2,
-            (Some(BotVerdict::Unknown), _) => 1,
+            (Some(Verdict::Verified), _) => 4,
+            (_, Some(Verdict::Verified)) => 3,
+            (Some(Verdict::Spoofed), _) => 2,
+            (Some(Verdict::Unknown), _) => 1,
             _ if self.backing_off(now_ns) => 1,
             _ => 0,
         }
+    }
+
+    fn free_at_ns(&self) -> u64 {
+        self.stale_until_ns.max(self.backoff_until_ns)
     }
 }
 
@@ -143,6 +147,10 @@ impl SlotValue for PrefixEntry {
             0 => 0,
             n => u8::try_from(n).unwrap_or(u8::MAX),
         }
+    }
+
+    fn free_at_ns(&self) -> u64 {
+        self.until_ns
     }
 }
 
@@ -198,11 +206,11 @@ impl VerdictCache {
         &self,
         store: &dyn SharedData,
         claim_fp: u64,
-        verdict: BotVerdict,
+        verdict: Verdict,
         now_ns: u64,
         fresh_until_ns: u64,
         stale_for_ns: u64,
-    ) -> Result<(), SlotError> {
+    ) -> Result<(), StoreFault> {
         let entry = ClaimEntry {
             verdict: Some(verdict),
             fresh_until_ns,
@@ -246,7 +254,7 @@ impl VerdictCache {
         prefix_fp: u64,
         now_ns: u64,
         until_ns: u64,
-    ) -> Result<u32, SlotError> {
+    ) -> Result<u32, StoreFault> {
         self.prefixes
             .measure_and_replace(store, prefix_fp, now_ns, |p| {
                 let p = p.unwrap_or_default();
@@ -281,14 +289,14 @@ mod tests {
     fn a_verdict_is_fresh_then_stale_then_gone() {
         let (c, s) = cache(64);
         assert_eq!(
-            c.put_verdict(&s, 9, BotVerdict::Verified, 0, 10 * S, 100 * S),
+            c.put_verdict(&s, 9, Verdict::Verified, 0, 10 * S, 100 * S),
             Ok(())
         );
         let e = c.claim(&s, 9, 5 * S).expect("entry");
-        assert_eq!(e.fresh(5 * S), Some(BotVerdict::Verified));
+        assert_eq!(e.fresh(5 * S), Some(Verdict::Verified));
         assert_eq!(e.fresh(10 * S), None);
-        assert_eq!(e.usable_on_error(10 * S), Some(BotVerdict::Verified));
-        assert_eq!(e.usable_on_error(110 * S - 1), Some(BotVerdict::Verified));
+        assert_eq!(e.usable_on_error(10 * S), Some(Verdict::Verified));
+        assert_eq!(e.usable_on_error(110 * S - 1), Some(Verdict::Verified));
         assert_eq!(e.usable_on_error(110 * S), None);
         assert_eq!(e.rank(5 * S), 4);
         assert_eq!(e.rank(50 * S), 3);
@@ -299,11 +307,11 @@ mod tests {
     fn an_error_keeps_the_verdict_and_starts_a_backoff() {
         let (c, s) = cache(64);
         assert_eq!(
-            c.put_verdict(&s, 9, BotVerdict::Verified, 0, S, 100 * S),
+            c.put_verdict(&s, 9, Verdict::Verified, 0, S, 100 * S),
             Ok(())
         );
         let e = c.put_error(&s, 9, 2 * S, 12 * S).expect("entry");
-        assert_eq!(e.usable_on_error(2 * S), Some(BotVerdict::Verified));
+        assert_eq!(e.usable_on_error(2 * S), Some(Verdict::Verified));
         assert!(e.backing_off(11 * S));
         assert!(!e.backing_off(12 * S));
         assert_eq!(c.claim(&s, 9, 3 * S), Some(e));
@@ -319,7 +327,7 @@ mod tests {
         // One slot: every claim competes for it.
         let (c, s) = cache(1);
         assert_eq!(
-            c.put_verdict(&s, 1, BotVerdict::Verified, 0, S, 100 * S),
+            c.put_verdict(&s, 1, Verdict::Verified, 0, S, 100 * S),
             Ok(())
         );
         // Long after its freshness, while it is still usable on error.
@@ -329,16 +337,16 @@ mod tests {
             Some(None)
         );
         assert_eq!(
-            c.put_verdict(&s, 3, BotVerdict::Spoofed, now, now + 3600 * S, 0),
-            Err(SlotError::Collision)
+            c.put_verdict(&s, 3, Verdict::Spoofed, now, now + 3600 * S, 0),
+            Err(StoreFault::Collision)
         );
         assert_eq!(
             c.claim(&s, 1, now).and_then(|e| e.usable_on_error(now)),
-            Some(BotVerdict::Verified)
+            Some(Verdict::Verified)
         );
         // A fresh verified verdict outranks a stale one.
         assert_eq!(
-            c.put_verdict(&s, 4, BotVerdict::Verified, now, now + S, 0),
+            c.put_verdict(&s, 4, Verdict::Verified, now, now + S, 0),
             Ok(())
         );
         assert_eq!(c.claim(&s, 1, now), None);
@@ -359,7 +367,7 @@ mod tests {
     #[test]
     fn a_failing_store_reads_as_a_miss() {
         let (c, s) = cache(8);
-        assert_eq!(c.put_verdict(&s, 5, BotVerdict::Verified, 0, S, S), Ok(()));
+        assert_eq!(c.put_verdict(&s, 5, Verdict::Verified, 0, S, S), Ok(()));
         s.fault.set(Fault::Error);
         assert_eq!(c.claim(&s, 5, 0), None);
         assert_eq!(c.spoofed_in_prefix(&s, 5, 0), 0);
@@ -370,7 +378,7 @@ mod tests {
     #[test]
     fn entries_roundtrip() {
         let e = ClaimEntry {
-            verdict: Some(BotVerdict::Unknown),
+            verdict: Some(Verdict::Unknown),
             fresh_until_ns: 1,
             stale_until_ns: 2,
             backoff_until_ns: 3,

@@ -15,14 +15,14 @@
 //! Every function here returns the requests to resume as [`Resolution`]s; the caller
 //! switches to each one's context and lets its request machine continue.
 
-use crate::classify::Class;
+use crate::class::Class;
 use crate::config::OnError;
 use crate::flights::{Claim, Joined, Waiter};
 use crate::host::{Callout, Host};
 use crate::metrics::VerifyEvent;
 use crate::request::Handle;
 use crate::verdict_cache::ClaimEntry;
-use crate::verify::{self, BotVerdict, VerifyError};
+use crate::verify::{self, Verdict, VerifyError};
 use crate::worker::Worker;
 
 /// Largest verifier response body read, bytes (answers are ~200 bytes).
@@ -158,14 +158,14 @@ fn record_answer(
 ) -> Class {
     let cfg = &w.cfg.verifier;
     let cap_s = match answer.verdict {
-        BotVerdict::Unknown => cfg.unknown_ttl_s,
+        Verdict::Unknown => cfg.unknown_ttl_s,
         _ => cfg.max_ttl_s,
     };
     let fresh_until =
         now_ns.saturating_add(answer.ttl_s.min(u64::from(cap_s)).saturating_mul(NS_PER_S));
     // "Could not decide" is not worth standing in for a later failure.
     let stale_for = match answer.verdict {
-        BotVerdict::Unknown => 0,
+        Verdict::Unknown => 0,
         _ => u64::from(cfg.stale_if_error_s).saturating_mul(NS_PER_S),
     };
     let store = host.shared_data();
@@ -177,7 +177,7 @@ fn record_answer(
         fresh_until,
         stale_for,
     );
-    if answer.verdict == BotVerdict::Spoofed && cfg.max_spoofed_per_prefix > 0 {
+    if answer.verdict == Verdict::Spoofed && cfg.max_spoofed_per_prefix > 0 {
         let _ = w
             .verdicts
             .count_spoofed(store, claim.prefix_fp, now_ns, fresh_until);
@@ -185,9 +185,9 @@ fn record_answer(
     w.count_verify(
         host,
         match answer.verdict {
-            BotVerdict::Verified => VerifyEvent::Verified,
-            BotVerdict::Spoofed => VerifyEvent::Spoofed,
-            BotVerdict::Unknown => VerifyEvent::Unknown,
+            Verdict::Verified => VerifyEvent::Verified,
+            Verdict::Spoofed => VerifyEvent::Spoofed,
+            Verdict::Unknown => VerifyEvent::Unknown,
         },
     );
     log::debug!(
@@ -291,7 +291,7 @@ pub fn dispatch_queued(w: &Worker, host: &mut dyn Host, now_ns: u64) -> Vec<Reso
             continue;
         }
         let timeout_ms = deadline.map_or(0, |d| d.saturating_sub(now_ns) / NS_PER_MS);
-        let path = verify::request_path(claim.ip, &claim.bot_id);
+        let path = crawlguard_contract::verify::request_path(claim.ip, &claim.bot_id);
         let dispatched = if timeout_ms == 0 {
             Err(VerifyError::NoResponse)
         } else {

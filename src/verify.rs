@@ -1,39 +1,21 @@
-//! The verifier contract, filter side: the callout's path and the parsing of its answer
-//! (`GET /v1/verify?ip=<ip>&bot=<bot id>`, DESIGN.md "Verifier contract"), and what a verdict
-//! means for a request's class. The cache and the callout orchestration live in
-//! `verdict_cache.rs` and `verification.rs`.
+//! The verifier contract, filter side: parsing an answer and what a verdict means for a
+//! request's class. The wire types (`GET /v1/verify?ip=<ip>&bot=<bot id>`, the JSON
+//! [`Answer`](crawlguard_contract::verify::Answer), [`Verdict`]) are the contract crate's,
+//! shared with the sidecar (DESIGN.md "Verifier contract"). The cache and the callout
+//! orchestration live in `verdict_cache.rs` and `verification.rs`.
 
-use crate::classify::{Class, Classification};
-use serde::Deserialize;
+use crate::class::Class;
+use crate::classify::Classification;
+use crawlguard_contract::verify as wire;
 use std::net::IpAddr;
 
-/// The verifier's answer about one (IP, bot id) claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BotVerdict {
-    /// FCrDNS or published IP ranges confirm the claim.
-    Verified,
-    /// The claim was checked and failed.
-    Spoofed,
-    /// Could not decide now (DNS timeout, no method).
-    Unknown,
-}
-
-impl BotVerdict {
-    /// Lowercase name, as in the verifier's JSON and in stats.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BotVerdict::Verified => "verified",
-            BotVerdict::Spoofed => "spoofed",
-            BotVerdict::Unknown => "unknown",
-        }
-    }
-}
+/// The verifier's answer about one claim (a contract type).
+pub use crawlguard_contract::verify::Verdict;
 
 /// The class a request gets once its claim has `verdict`: the bot's own class when verified,
 /// `spoofed` when the claim failed, `unverified_bot` otherwise. Requests without a claim to
 /// verify keep their class.
-pub fn reclass(c: &Classification<'_>, verdict: BotVerdict) -> Class {
+pub fn reclass(c: &Classification<'_>, verdict: Verdict) -> Class {
     match c.bot {
         Some(bot) if bot.verify => class_for(verdict, bot.class),
         _ => c.class,
@@ -41,11 +23,11 @@ pub fn reclass(c: &Classification<'_>, verdict: BotVerdict) -> Class {
 }
 
 /// The class of a claim to be `bot_class` once it has `verdict`.
-pub fn class_for(verdict: BotVerdict, bot_class: Class) -> Class {
+pub fn class_for(verdict: Verdict, bot_class: Class) -> Class {
     match verdict {
-        BotVerdict::Verified => bot_class,
-        BotVerdict::Spoofed => Class::Spoofed,
-        BotVerdict::Unknown => Class::UnverifiedBot,
+        Verdict::Verified => bot_class,
+        Verdict::Spoofed => Class::Spoofed,
+        Verdict::Unknown => Class::UnverifiedBot,
     }
 }
 
@@ -77,33 +59,18 @@ impl VerifyError {
     }
 }
 
-/// A well-formed verifier answer.
+/// What the filter keeps of a well-formed verifier answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Answer {
     /// The verdict.
-    pub verdict: BotVerdict,
+    pub verdict: Verdict,
     /// How long it may be cached, seconds (as sent; the caller clamps it).
     pub ttl_s: u64,
 }
 
-#[derive(Deserialize)]
-struct Wire {
-    ip: String,
-    bot: String,
-    verdict: BotVerdict,
-    ttl_s: u64,
-}
-
-/// The `:path` of a verify request: `/v1/verify?ip=<ip>&bot=<bot id>`. Bot ids are
-/// `[a-z0-9._-]` (validated) and IPs print without reserved characters, so no escaping is
-/// needed beyond IPv6 colons, which RFC 3986 allows in a query.
-pub fn request_path(ip: IpAddr, bot: &str) -> String {
-    format!("/v1/verify?ip={ip}&bot={bot}")
-}
-
 /// Parses a verifier response: `status` is the `:status` header (`None` when the call failed
 /// without a response), `body` the response body (at most a few hundred bytes are read).
-/// The answer must be for `ip` and `bot`.
+/// The answer must be for `ip` and `bot` ([`wire::Answer::is_for`]).
 pub fn parse_response(
     status: Option<&[u8]>,
     body: &[u8],
@@ -116,10 +83,9 @@ pub fn parse_response(
             String::from_utf8_lossy(status).chars().take(16).collect(),
         ));
     }
-    let w: Wire = serde_json::from_slice(body)
-        .map_err(|e| VerifyError::Body(e.to_string().chars().take(120).collect()))?;
-    let same_ip = w.ip.parse::<IpAddr>().is_ok_and(|a| a.to_canonical() == ip);
-    if !same_ip || w.bot != bot {
+    let w = wire::Answer::from_json(body)
+        .map_err(|e| VerifyError::Body(e.chars().take(120).collect()))?;
+    if !w.is_for(ip, bot) {
         return Err(VerifyError::Body(format!(
             "answer for ip {:.48} bot {:.64}, asked {ip} {bot}",
             w.ip, w.bot
@@ -134,7 +100,7 @@ pub fn parse_response(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::BotEntry;
+    use crate::catalog::BotEntry;
 
     fn ip(s: &str) -> IpAddr {
         s.parse()
@@ -153,26 +119,14 @@ mod tests {
             bot: Some(&g),
             class: Class::UnverifiedBot,
         };
-        assert_eq!(reclass(&claim, BotVerdict::Verified), Class::SearchCrawler);
-        assert_eq!(reclass(&claim, BotVerdict::Spoofed), Class::Spoofed);
-        assert_eq!(reclass(&claim, BotVerdict::Unknown), Class::UnverifiedBot);
+        assert_eq!(reclass(&claim, Verdict::Verified), Class::SearchCrawler);
+        assert_eq!(reclass(&claim, Verdict::Spoofed), Class::Spoofed);
+        assert_eq!(reclass(&claim, Verdict::Unknown), Class::UnverifiedBot);
         let human = Classification {
             bot: None,
             class: Class::Human,
         };
-        assert_eq!(reclass(&human, BotVerdict::Spoofed), Class::Human);
-    }
-
-    #[test]
-    fn request_path_follows_the_contract() {
-        assert_eq!(
-            request_path(ip("66.249.66.1"), "googlebot"),
-            "/v1/verify?ip=66.249.66.1&bot=googlebot"
-        );
-        assert_eq!(
-            request_path(ip("2001:db8::1"), "gptbot"),
-            "/v1/verify?ip=2001:db8::1&bot=gptbot"
-        );
+        assert_eq!(reclass(&human, Verdict::Spoofed), Class::Human);
     }
 
     #[test]
@@ -181,7 +135,7 @@ mod tests {
         assert_eq!(
             parse_response(Some(b"200"), body, ip("66.249.66.1"), "googlebot"),
             Ok(Answer {
-                verdict: BotVerdict::Verified,
+                verdict: Verdict::Verified,
                 ttl_s: 86400
             })
         );
@@ -189,7 +143,7 @@ mod tests {
         assert_eq!(
             parse_response(Some(b"200"), body, ip("2001:db8:0::1"), "gptbot"),
             Ok(Answer {
-                verdict: BotVerdict::Spoofed,
+                verdict: Verdict::Spoofed,
                 ttl_s: 3600
             })
         );

@@ -4,6 +4,7 @@
 
 use crate::header_map;
 use crate::host::{Callout, ContextId, Host, HostError, LocalReply};
+use crate::metrics::MetricKind;
 use crate::store::{SharedData, StoreError};
 
 // Status values of the proxy-wasm ABI 0.2.1.
@@ -43,6 +44,7 @@ extern "C" {
         return_id: *mut u32,
     ) -> u32;
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
+    fn proxy_record_metric(metric_id: u32, value: u64) -> u32;
     fn proxy_get_current_time_nanoseconds(return_time: *mut u64) -> u32;
     fn proxy_send_local_response(
         status_code: u32,
@@ -176,11 +178,15 @@ impl SharedData for HostStore {
     }
 }
 
-/// Defines a counter; `None` on any host error.
-pub fn define_counter(name: &str) -> Option<u32> {
+/// Defines a counter or gauge; `None` on any host error.
+pub fn define_metric(name: &str, kind: MetricKind) -> Option<u32> {
     let mut id = 0u32;
-    // SAFETY: name is a live slice; id a live local. Metric type 0 = counter.
-    let status = unsafe { proxy_define_metric(0, name.as_ptr(), name.len(), &mut id) };
+    let metric_type = match kind {
+        MetricKind::Counter => 0,
+        MetricKind::Gauge => 1,
+    };
+    // SAFETY: name is a live slice; id a live local.
+    let status = unsafe { proxy_define_metric(metric_type, name.as_ptr(), name.len(), &mut id) };
     (status == OK).then_some(id)
 }
 
@@ -288,6 +294,12 @@ impl Host for WasmHost {
         map_lines(RESPONSE_HEADERS, name)
     }
 
+    fn remove_response_header(&mut self, name: &str) {
+        // SAFETY: name is a live slice for the duration of the call.
+        let _ =
+            unsafe { proxy_remove_header_map_value(RESPONSE_HEADERS, name.as_ptr(), name.len()) };
+    }
+
     fn send_reply(&mut self, reply: &LocalReply<'_>) -> Result<(), HostError> {
         let pairs: Vec<(&str, &str)> = reply
             .headers
@@ -326,6 +338,11 @@ impl Host for WasmHost {
     fn increment(&mut self, id: u32) {
         // SAFETY: plain values. Errors are ignored: stats never fail a request.
         let _ = unsafe { proxy_increment_metric(id, 1) };
+    }
+
+    fn set_gauge(&mut self, id: u32, value: u64) {
+        // SAFETY: plain values. Errors are ignored: stats never fail a request.
+        let _ = unsafe { proxy_record_metric(id, value) };
     }
 
     fn shared_data(&self) -> &dyn SharedData {

@@ -3,12 +3,15 @@
 //! Also the root context's events, in plain Rust: a wake-up to dispatch verifier callouts,
 //! a callout's answer, the periodic tick, and going away.
 
+use crate::class::Class;
 use crate::config::Config;
-use crate::engine::Limiter;
 use crate::flights::Flights;
 use crate::host::Host;
+use crate::limiter::Limiter;
 use crate::metrics::{Metrics, VerifyEvent};
+use crate::origin_health::{self, Tally};
 use crate::request::{self, Handle};
+use crate::shedding;
 use crate::verdict_cache::VerdictCache;
 use crate::verification::{self, Resolution};
 use std::cell::{Cell, RefCell};
@@ -53,6 +56,10 @@ pub struct Worker {
     pub store_warning: WarnEvery10s,
     /// Verifier error warnings.
     pub verifier_warning: WarnEvery10s,
+    /// Per route: this worker's response counts since the last tick (origin health).
+    health: RefCell<Vec<Tally>>,
+    /// Per route: the shed level in force, as read on the last tick.
+    shed_levels: RefCell<Vec<u8>>,
     /// A root wake-up is already queued (one is enough for any number of new flights).
     wake_pending: Cell<bool>,
     /// State of the jitter generator (xorshift64*; seeded per worker).
@@ -64,6 +71,7 @@ impl Worker {
     pub fn new(cfg: Config, metrics: Metrics, seed: u64) -> Worker {
         let limiter = Limiter::new(&cfg);
         let verdicts = VerdictCache::new(cfg.verifier.cache_slots, cfg.store.cas_retries);
+        let routes = cfg.routes.len() + 1;
         Worker {
             cfg,
             limiter: RefCell::new(limiter),
@@ -72,6 +80,8 @@ impl Worker {
             flights: RefCell::new(Flights::default()),
             store_warning: WarnEvery10s::default(),
             verifier_warning: WarnEvery10s::default(),
+            health: RefCell::new(vec![Tally::default(); routes]),
+            shed_levels: RefCell::new(vec![0; routes]),
             wake_pending: Cell::new(false),
             // Never 0 (xorshift's fixed point).
             rng: Cell::new(seed | 1),
@@ -152,8 +162,105 @@ impl Worker {
         self.resume(host, resumed);
     }
 
-    /// Root: periodic tick; resumes requests whose deadline passed (safety net).
+    /// Counts a response of route `route` that took `latency_ms` (VM memory only).
+    pub fn record_response(&self, route: usize, latency_ms: u64, error: bool) {
+        if let Ok(mut h) = self.health.try_borrow_mut() {
+            if let Some(t) = h.get_mut(route) {
+                t.record(latency_ms, error);
+            }
+        }
+    }
+
+    /// True when requests of `class` on route `route` are shed now (as of the last tick).
+    pub fn is_shed(&self, class: Class, route: usize) -> bool {
+        let level = self
+            .shed_levels
+            .try_borrow()
+            .ok()
+            .and_then(|l| l.get(route).copied())
+            .unwrap_or(0);
+        level > 0
+            && self
+                .cfg
+                .shedding
+                .rank_of(class)
+                .is_some_and(|r| r < usize::from(level))
+    }
+
+    /// Root tick, shedding: adds this worker's counts to each route's shared window, judges
+    /// the window, moves the shared level one step when due, caches it, sets the gauges, and
+    /// logs every level change this worker made.
+    fn shedding_tick(&self, host: &mut dyn Host, now_ns: u64) {
+        let sh = &self.cfg.shedding;
+        let now_s = now_ns / 1_000_000_000;
+        let tallies = match self.health.try_borrow_mut() {
+            Ok(mut h) => std::mem::take(&mut *h),
+            Err(_) => return,
+        };
+        let max = u8::try_from(sh.order.len()).unwrap_or(u8::MAX);
+        let mut levels = Vec::with_capacity(tallies.len());
+        for (i, tally) in tallies.iter().enumerate() {
+            let route = self.cfg.route_name(i);
+            let store = host.shared_data();
+            let view = origin_health::merge(
+                store,
+                &origin_health::key(route),
+                tally,
+                now_s,
+                sh.window_s,
+                self.cfg.store.cas_retries,
+            )
+            .unwrap_or_default();
+            let sick = shedding::unhealthy(&view, &sh.thresholds_of(i), sh.min_requests);
+            let level =
+                match shedding::step(store, &shedding::key(route), sick, max, now_s, sh.step_s) {
+                    Ok((l, moved)) => {
+                        if let Some(from) = moved {
+                            log_level_change(&self.cfg, route, from, l.level, &view);
+                        }
+                        l.level
+                    }
+                    Err(_) => self
+                        .shed_levels
+                        .try_borrow()
+                        .ok()
+                        .and_then(|l| l.get(i).copied())
+                        .unwrap_or(0),
+                };
+            levels.push(level);
+            if let Some(g) = self.metrics.route_gauges.get(i) {
+                let values = [
+                    u64::from(view.requests),
+                    u64::from(view.error_permille()),
+                    u64::from(view.percentile_ms(95).unwrap_or(0)),
+                    u64::from(view.percentile_ms(99).unwrap_or(0)),
+                ];
+                for (id, v) in g.origin.iter().zip(values) {
+                    if let Some(id) = id {
+                        host.set_gauge(*id, v);
+                    }
+                }
+                if let Some(id) = g.level {
+                    host.set_gauge(id, u64::from(level));
+                }
+            }
+        }
+        if let Ok(mut h) = self.health.try_borrow_mut() {
+            h.resize(tallies.len(), Tally::default());
+        }
+        if let Ok(mut l) = self.shed_levels.try_borrow_mut() {
+            *l = levels;
+        }
+    }
+
+    /// Root: periodic tick: shedding, and the safety net that resumes requests whose
+    /// deadline passed.
     pub fn on_tick(&self, host: &mut dyn Host) {
+        if self.cfg.shedding.enabled {
+            if let Some(now) = host.now_ns() {
+                self.shedding_tick(host, now);
+            }
+        }
         let empty = self.flights.try_borrow().map_or(true, |f| f.is_empty());
         if empty {
             return;
@@ -180,4 +287,24 @@ impl Worker {
             request::resume(self, host, &r.waiter, r.class);
         }
     }
+}
+
+/// Logs a shed level change at warn level: the route, the levels, the classes now shed, and
+/// the window that decided it.
+fn log_level_change(cfg: &crate::config::Config, route: &str, from: u8, to: u8, view: &Tally) {
+    let shed: Vec<&str> = cfg
+        .shedding
+        .order
+        .iter()
+        .take(usize::from(to))
+        .map(|c| c.as_str())
+        .collect();
+    log::warn!(
+        "shedding route={route} level {from} -> {to} (shed: [{}]); window: {} responses, \
+         p95 {} ms, 5xx {} per mille",
+        shed.join(", "),
+        view.requests,
+        view.percentile_ms(95).unwrap_or(0),
+        view.error_permille()
+    );
 }

@@ -7,7 +7,9 @@
 //!
 //! Cases: 256 by default; `PROPTEST_CASES=N` raises (or lowers) every test's count.
 
-use crawlguard::classify::{builtin_catalog, BotEntry, Class, Classification, Classifier};
+use crawlguard::catalog::{builtin_catalog, BotEntry};
+use crawlguard::class::Class;
+use crawlguard::classify::{Classification, Classifier};
 use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
 use std::sync::OnceLock;
@@ -22,9 +24,15 @@ fn pt_config(divisor: u32) -> PtConfig {
     }
 }
 
+/// The built-in catalog (loaded once).
+fn catalog() -> &'static [BotEntry] {
+    static C: OnceLock<Vec<BotEntry>> = OnceLock::new();
+    C.get_or_init(builtin_catalog)
+}
+
 fn builtin() -> &'static Classifier {
     static C: OnceLock<Classifier> = OnceLock::new();
-    C.get_or_init(|| Classifier::new(builtin_catalog()))
+    C.get_or_init(|| Classifier::new(catalog().to_vec()))
 }
 
 /// Real User-Agents (uap-core `test_ua.yaml`, crawler-user-agents `instances`, vendor docs).
@@ -116,14 +124,14 @@ fn noise(seed: u64, len: usize) -> Vec<u8> {
 /// Random bytes seeded with catalog tokens (random case) at random places, so that matches,
 /// near-matches and competing matches are common.
 fn ua_bytes(max_len: usize) -> impl Strategy<Value = Vec<u8>> {
-    let token = (0..builtin_catalog().len(), any::<u64>(), any::<u8>());
+    let token = (0..catalog().len(), any::<u64>(), any::<u8>());
     (
         prop::collection::vec(any::<u8>(), 0..max_len),
         prop::collection::vec(token, 0..4),
         prop::collection::vec(any::<usize>(), 4),
     )
         .prop_map(|(mut bytes, toks, places)| {
-            let cat = builtin_catalog();
+            let cat = catalog();
             for ((entry, case_bits, cut), place) in toks.iter().zip(places) {
                 let Some(e) = cat.get(*entry) else { continue };
                 let Some(t) = e.ua_contains.first() else {
@@ -247,7 +255,7 @@ proptest! {
 
     #[test]
     fn every_catalog_bot_survives_a_browser_suffix(
-        entry in 0..builtin_catalog().len(),
+        entry in 0..catalog().len(),
         suffix in prop::sample::select(BROWSER_SUFFIXES),
         upper in any::<bool>(),
     ) {

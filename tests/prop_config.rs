@@ -8,8 +8,8 @@
 //! Cases: 256 by default; `PROPTEST_CASES=N` raises (or lowers) every test's count.
 
 use crawlguard::bucket::Rate;
-use crawlguard::classify::Class;
-use crawlguard::config::{parse, Config, ConfigError, KeyKind, DEFAULT_CONFIG_JSON};
+use crawlguard::class::Class;
+use crawlguard::config::{parse, Config, ConfigError, KeyKind, DEFAULT_CONFIG_JSON, MAX_REFILL_S};
 use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
 use serde_json::{json, Value};
@@ -64,6 +64,7 @@ fn check_invariants(c: &Config) {
         assert!(names.insert(l.name.clone()), "duplicate limit {:?}", l.name);
         assert!(l.rate_per_s.is_finite() && l.rate_per_s > 0.0 && l.rate_per_s <= 1e6);
         assert!((1..=1_000_000).contains(&l.burst));
+        assert!(f64::from(l.burst) / l.rate_per_s <= MAX_REFILL_S, "{l:?}");
         assert_eq!(l.rate, Rate::new(l.rate_per_s, l.burst));
         assert!(l.rate.emission_ns >= 1_000, "1e6/s at most: {:?}", l.rate);
         if let Some(r) = l.route {
@@ -440,8 +441,9 @@ fn rate_text() -> impl Strategy<Value = String> {
         Just("1000000".to_string()),
         Just("1e6".to_string()),
         Just("1000000.0".to_string()),
-        Just("1e-9".to_string()),
-        Just("0.000000001".to_string()),
+        // The smallest rates with a refill time (burst / rate_per_s) within one year.
+        Just("3.2e-8".to_string()),
+        Just("0.000000032".to_string()),
     ]
 }
 
@@ -474,6 +476,11 @@ fn limit_spec() -> impl Strategy<Value = LimitSpec> {
             rate,
             burst,
             key: key.to_string(),
+        })
+        .prop_filter("burst / rate_per_s within one year", |l| {
+            l.rate
+                .parse::<f64>()
+                .is_ok_and(|r| f64::from(l.burst) / r <= MAX_REFILL_S)
         })
 }
 
@@ -538,7 +545,9 @@ proptest! {
     fn out_of_range_limits_name_the_field(
         spec in limit_spec(),
         bad_rate in prop_oneof![Just("0".to_string()), Just("-1".to_string()), Just("1000000.5".to_string()),
-            Just("1e7".to_string()), (1_000_001u64..u64::MAX / 2).prop_map(|n| n.to_string())],
+            Just("1e7".to_string()), (1_000_001u64..u64::MAX / 2).prop_map(|n| n.to_string()),
+            // Refill time (burst 1 / rate_per_s) over one year.
+            Just("1e-9".to_string()), Just("0.00000003".to_string())],
         bad_burst in prop_oneof![Just(0u64), 1_000_001u64..=u64::from(u32::MAX), u64::from(u32::MAX) + 1..u64::MAX],
         position in 0usize..3,
     ) {

@@ -1,5 +1,5 @@
 //! Property tests of the limiter: the token-bucket math (`bucket`) and the per-request
-//! decision over the shared store (`engine::decide` with `store::mem::MemStore`), including
+//! decision over the shared store (`limiter::decide` with `store::mem::MemStore`), including
 //! every injected store fault.
 //!
 //! The bound used throughout is exact integer GCRA arithmetic: over a run of requests, the
@@ -10,10 +10,11 @@
 //! Cases: 256 by default; `PROPTEST_CASES=N` raises (or lowers) every test's count.
 
 use crawlguard::bucket::{self, BucketState, Rate, Take, NS_PER_S};
-use crawlguard::classify::Class;
+use crawlguard::class::Class;
 use crawlguard::client_ip;
 use crawlguard::config::{self, Config};
-use crawlguard::engine::{decide, Decision, Limiter, Request};
+use crawlguard::limiter::{decide, Decision, Limiter, RequestKeys};
+use crawlguard::request::path_only;
 use crawlguard::store::mem::{Fault, MemStore};
 use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
@@ -209,7 +210,95 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------------------------
-// engine::decide over the shared store, with faults
+// Any window, any valid limit, any time
+
+/// A burst and a rate that configuration validation accepts for it: `burst / rate_per_s` up to
+/// one year (`config::MAX_REFILL_S`), `rate_per_s` up to 1e6. The rate is log-uniform between
+/// the smallest one the burst allows and 1e6, or one of those two ends.
+fn valid_limit() -> impl Strategy<Value = (f64, u32)> {
+    prop_oneof![1u32..=10, 1u32..=1000, Just(1), Just(1_000_000)].prop_flat_map(|burst| {
+        // The smallest valid rate, nudged up by 1e-12 (relative) so that rounding in the
+        // division, the decimal text and its parsing cannot push it past the bound.
+        let min = f64::from(burst) / config::MAX_REFILL_S * (1.0 + 1e-12);
+        let (lo, hi) = (min.log10(), 6.0f64);
+        (
+            prop_oneof![
+                3 => (lo..=hi).prop_map(move |x| 10f64.powf(x).clamp(min, 1e6)),
+                1 => Just(min),
+                1 => Just(1e6),
+            ],
+            Just(burst),
+        )
+    })
+}
+
+/// A start time: realistic (now-ish), the epoch, or the last two years of u64 nanoseconds
+/// (year 2554), where the bucket's times stop fitting.
+fn start_time() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        2 => T0 - 1_000 * NS_PER_S..T0 + 1_000 * NS_PER_S,
+        1 => 0u64..NS_PER_S,
+        1 => (0u64..=2 * 31_536_000 * NS_PER_S).prop_map(|back| u64::MAX - back),
+    ]
+}
+
+proptest! {
+    #![proptest_config(pt_config())]
+
+    /// Over any window of the clock `[t_i, t_j]` (a monotone clock), the bucket admits at most
+    /// `burst + floor((t_j - t_i) / emission_ns)` of the requests made in it, where
+    /// `emission_ns = round(1e9 / rate_per_s)` (within half a nanosecond of the exact
+    /// interval, checked here too): `burst + rate x t`, with the rate rounded to whole
+    /// nanoseconds per token and the refill part rounded down. This holds for every limit
+    /// configuration validation accepts, from any start time, including the end of u64
+    /// time, where the bucket refuses what it cannot store.
+    #[test]
+    fn admitted_in_any_window_is_at_most_burst_plus_rate_times_window(
+        (rate_per_s, burst) in valid_limit(),
+        start in start_time(),
+        gaps in prop::collection::vec(any::<u64>(), 1..300),
+    ) {
+        let doc = format!(
+            r#"{{"limits":[{{"name":"l","class":"*","route":"*","rate_per_s":{rate_per_s:e},"burst":{burst},"key":"global"}}]}}"#
+        );
+        let cfg = match config::parse(doc.as_bytes()) {
+            Ok(c) => c,
+            Err(e) => return Err(TestCaseError::fail(format!("not a valid limit: {e}"))),
+        };
+        let Some(rate) = cfg.limits.first().map(|l| l.rate) else {
+            return Err(TestCaseError::fail("no limit"));
+        };
+        let e = rate.emission_ns;
+        prop_assert!((e as f64 - 1e9 / cfg.limits[0].rate_per_s).abs() <= 0.5 + 1e-9 * e as f64,
+            "emission_ns {} for rate_per_s {}", e, rate_per_s);
+        // Request times: a third at the same instant as the previous one (bursts), the rest
+        // up to three emission intervals later (at most an hour).
+        let span = e.saturating_mul(3).min(3_600 * NS_PER_S);
+        let mut now = start;
+        let mut state: Option<BucketState> = None;
+        let mut admitted: Vec<u64> = Vec::new();
+        for g in gaps {
+            let d = if g % 3 == 0 { 0 } else { g % (span + 1) };
+            now = now.saturating_add(d);
+            if let Take::Allowed { state: s, .. } = bucket::take(state, now, rate) {
+                state = Some(s);
+                admitted.push(now);
+            }
+        }
+        // Every window that starts and ends at an admitted request (the tightest ones).
+        for (i, ti) in admitted.iter().enumerate() {
+            for (k, tj) in admitted.iter().enumerate().skip(i) {
+                let n = (k - i + 1) as u64;
+                let bound = u64::from(rate.burst) + (tj - ti) / e;
+                prop_assert!(n <= bound, "admitted {} in [{}, {}] > burst {} + {} / {}",
+                    n, ti, tj, rate.burst, tj - ti, e);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// limiter::decide over the shared store, with faults
 
 /// Remote addresses; the two IPv6 ones share a /64 and so are one client.
 const REMOTES: &[&str] = &[
@@ -321,8 +410,14 @@ fn reqs() -> impl Strategy<Value = Vec<Req>> {
     prop::collection::vec(r, 1..200)
 }
 
-fn no_headers(_: &str) -> Vec<Vec<u8>> {
-    Vec::new()
+/// The limiter's view of a request from `remote` for `path` (no key headers).
+fn keys(cfg: &crawlguard::config::Config, path: &str, remote: &str) -> RequestKeys<'static> {
+    RequestKeys {
+        route: cfg.route_of(path_only(path.as_bytes())),
+        client: client_ip::parse_addr(remote.as_bytes())
+            .map(|ip| client_ip::masked(ip, &cfg.client_ip)),
+        key_headers: &[],
+    }
 }
 
 fn fault() -> impl Strategy<Value = Fault> {
@@ -366,27 +461,22 @@ proptest! {
             let remote = REMOTES.get(r.remote).copied().unwrap_or("10.0.0.1");
             let path = PATHS.get(r.path).copied().unwrap_or("/");
             let class = CLASSES.get(r.class).copied().unwrap_or(Class::Human);
-            let req = Request {
-                path: path.as_bytes(),
-                remote_address: Some(remote.as_bytes()),
-                xff: None,
-                header: &no_headers,
-            };
+            let exempt = path.starts_with("/robots.txt");
+            if exempt {
+                // Exempt paths never reach the limiter (the request machine decides them
+                // first; tests/request_flow.rs).
+                continue;
+            }
+            let req = keys(&cfg, path, remote);
             let mut calls = 0;
             let out = decide(&cfg, &mut limiter, &store, &req, class, now, &mut || {
                 calls += 1;
                 r.random
             });
-            let exempt = path.starts_with("/robots.txt");
             let is_api = path.starts_with("/api/");
             prop_assert_eq!(out.route, if is_api { 0 } else { 1 });
             match out.decision {
-                Decision::Exempt => {
-                    prop_assert!(exempt);
-                    prop_assert!(!out.store.fell_back());
-                }
                 Decision::Allowed => {
-                    prop_assert!(!exempt);
                     prop_assert_eq!(calls, 0);
                     let client = client_ip::parse_addr(remote.as_bytes())
                         .map(|ip| client_ip::masked(ip, &cfg.client_ip));
@@ -397,7 +487,6 @@ proptest! {
                     }
                 }
                 Decision::Limited(rej) | Decision::ShadowLimited(rej) => {
-                    prop_assert!(!exempt);
                     prop_assert_eq!(matches!(out.decision, Decision::ShadowLimited(_)), s.shadow);
                     prop_assert_eq!(calls, 1, "random is drawn once per rejection");
                     let want_status = match class {
@@ -410,18 +499,23 @@ proptest! {
                     prop_assert_eq!(rej.status, cfg.policy(class).reject_status);
                     let (min_s, max_s, jitter_s) = s.ra;
                     prop_assert!(rej.retry_after_s >= min_s.max(1));
-                    prop_assert!(rej.retry_after_s <= max_s + jitter_s);
+                    // Escalation (on by default for scripts) may lengthen it, up to its own max.
+                    let esc = cfg.policy(class).escalation;
+                    let cap = if out.escalated { esc.max_s.max(max_s) } else { max_s };
+                    prop_assert!(!out.escalated || esc.enabled);
+                    prop_assert!(rej.retry_after_s <= cap + jitter_s);
                     prop_assert!(rej.limit == 0 || (rej.limit == 1 && is_api));
+                }
+                Decision::Malformed { .. } | Decision::ShadowMalformed { .. } => {
+                    return Err(TestCaseError::fail("malformed without a key header"));
                 }
             }
             // Store faults are counted on every charged request, and only then.
-            if !exempt {
-                prop_assert_eq!(out.store.fell_back(), fault != Fault::None, "{:?} {:?}", fault, out.store);
-                prop_assert_eq!(out.store.errors > 0, fault == Fault::Error);
-                prop_assert_eq!(out.store.cas_exhausted > 0, fault == Fault::CasMismatch);
-                prop_assert_eq!(out.store.corrupt > 0, fault == Fault::Truncate);
-                prop_assert_eq!(out.store.collisions, 0);
-            }
+            prop_assert_eq!(out.store.fell_back(), fault != Fault::None, "{:?} {:?}", fault, out.store);
+            prop_assert_eq!(out.store.errors > 0, fault == Fault::Error);
+            prop_assert_eq!(out.store.cas_exhausted > 0, fault == Fault::CasMismatch);
+            prop_assert_eq!(out.store.corrupt > 0, fault == Fault::Truncate);
+            prop_assert_eq!(out.store.collisions, 0);
             // In shadow mode nothing is enforced, so the bounds below do not apply.
             if s.shadow {
                 continue;
@@ -461,7 +555,7 @@ proptest! {
         let mut seen: HashMap<IpAddr, (u32, u32)> = HashMap::new();
         for i in &order {
             let remote = REMOTES.get(*i).copied().unwrap_or("10.0.0.1");
-            let req = Request { path: b"/", remote_address: Some(remote.as_bytes()), xff: None, header: &no_headers };
+            let req = keys(&cfg, "/", remote);
             let out = decide(&cfg, &mut limiter, &store, &req, Class::Human, T0, &mut || 0);
             let client = client_ip::parse_addr(remote.as_bytes())
                 .map(|ip| client_ip::masked(ip, &cfg.client_ip));

@@ -1,20 +1,22 @@
 //! Property tests of the small parsers and encoders the filter owns: client address and
 //! `x-forwarded-for` (`client_ip`), verifier answers (`verify::parse_response`), upstream
 //! `Retry-After` (`rewrite::parse_retry_after`, `rewrite::http_date`), our own Retry-After
-//! (`respond::retry_after_s`) and the shared-data slot encodings (`store`, `verify`).
+//! (`respond::retry_after_s`) and the shared-data slot encodings (`slot_table`, with bucket
+//! and verdict values).
 //!
 //! Cases: 256 by default; `PROPTEST_CASES=N` raises (or lowers) every test's count.
 
 use crawlguard::bucket::BucketState;
 use crawlguard::client_ip::{client_ip, from_xff, masked, parse_addr};
 use crawlguard::config::{ClientIpConfig, IpSource, RetryAfter};
+use crawlguard::limiter::KeyState;
 use crawlguard::respond::retry_after_s;
 use crawlguard::rewrite::{http_date, parse_retry_after, UpstreamRetryAfter};
 use crawlguard::slot_table::{SlotTable, SlotValue};
 use crawlguard::store::mem::MemStore;
-use crawlguard::store::{decode_slot, encode_slot, Slot, SLOT_LEN};
+use crawlguard::store::SharedData;
 use crawlguard::verdict_cache::{ClaimEntry, PrefixEntry};
-use crawlguard::verify::{parse_response, Answer, BotVerdict, VerifyError};
+use crawlguard::verify::{parse_response, Answer, Verdict, VerifyError};
 use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -252,12 +254,8 @@ proptest! {
 // ---------------------------------------------------------------------------------------------
 // verify::parse_response
 
-fn verdict() -> impl Strategy<Value = BotVerdict> {
-    prop::sample::select(vec![
-        BotVerdict::Verified,
-        BotVerdict::Spoofed,
-        BotVerdict::Unknown,
-    ])
+fn verdict() -> impl Strategy<Value = Verdict> {
+    prop::sample::select(vec![Verdict::Verified, Verdict::Spoofed, Verdict::Unknown])
 }
 
 /// Textual forms of `ip` a verifier may echo (all denote the same address).
@@ -279,7 +277,7 @@ fn ip_texts(ip: IpAddr) -> Vec<String> {
 fn answer_json(
     ip: &str,
     bot: &str,
-    v: BotVerdict,
+    v: Verdict,
     ttl: u64,
     host: &str,
     order: &[usize],
@@ -563,34 +561,30 @@ proptest! {
     #![proptest_config(pt_config())]
 
     #[test]
-    fn bucket_slot_roundtrips(owner in any::<u64>(), tat_ns in any::<u64>(), last_ns in any::<u64>()) {
-        let slot = Slot { owner, state: BucketState { tat_ns, last_ns } };
-        let bytes = encode_slot(&slot);
-        prop_assert_eq!(bytes.len(), SLOT_LEN);
-        prop_assert_eq!(SLOT_LEN, 25);
-        prop_assert_eq!(decode_slot(&bytes), Some(slot));
-        // Any truncation or extension is rejected, not misread.
-        for n in 0..SLOT_LEN {
-            prop_assert_eq!(decode_slot(bytes.get(..n).unwrap_or_default()), None);
+    fn bucket_slot_roundtrips(owner in 2u64.., tat_ns in any::<u64>(), last_ns in any::<u64>()) {
+        // The slot layout: version 2, owner, tat_ns, last_ns, then the compliance fields
+        // (all zero here), little-endian.
+        let t: SlotTable<KeyState> = SlotTable::new("b:", 1, 0);
+        let store = MemStore::default();
+        let state = KeyState { bucket: BucketState { tat_ns, last_ns }, ..KeyState::default() };
+        prop_assert!(t.measure_and_replace(&store, owner, 0, |_| ((), Some(state))).is_ok());
+        let (bytes, _) = store.get("b:0").ok().flatten().unwrap_or_default();
+        let mut want = vec![2u8];
+        want.extend_from_slice(&owner.to_le_bytes());
+        want.extend_from_slice(&tat_ns.to_le_bytes());
+        want.extend_from_slice(&last_ns.to_le_bytes());
+        want.extend_from_slice(&[0u8; 27]);
+        prop_assert_eq!(&bytes, &want);
+        prop_assert_eq!(t.get(&store, owner, 0), Ok(Some(state)));
+        // Any truncation or extension is refused (and healed), never misread.
+        for n in 0..want.len() {
+            store.poke("b:0", want.get(..n).unwrap_or_default());
+            prop_assert_ne!(t.get(&store, owner, 0), Ok(Some(state)));
         }
-        let mut longer = bytes.to_vec();
+        let mut longer = want.clone();
         longer.push(0);
-        prop_assert_eq!(decode_slot(&longer), None);
-    }
-
-    #[test]
-    fn bucket_slot_decode_of_arbitrary_bytes(raw in prop_oneof![
-        prop::collection::vec(any::<u8>(), 0..64),
-        prop::collection::vec(any::<u8>(), 25..=25),
-    ]) {
-        match decode_slot(&raw) {
-            None => prop_assert!(raw.len() != SLOT_LEN || raw.first() != Some(&1)),
-            Some(slot) => {
-                prop_assert_eq!(raw.len(), SLOT_LEN);
-                let again = encode_slot(&slot);
-                prop_assert_eq!(again.as_slice(), raw.as_slice());
-            }
-        }
+        store.poke("b:0", &longer);
+        prop_assert_ne!(t.get(&store, owner, 0), Ok(Some(state)));
     }
 
     #[test]
@@ -598,9 +592,9 @@ proptest! {
         let e = ClaimEntry {
             verdict: match verdict {
                 0 => None,
-                1 => Some(BotVerdict::Verified),
-                2 => Some(BotVerdict::Spoofed),
-                _ => Some(BotVerdict::Unknown),
+                1 => Some(Verdict::Verified),
+                2 => Some(Verdict::Spoofed),
+                _ => Some(Verdict::Unknown),
             },
             fresh_until_ns: fresh,
             stale_until_ns: stale,

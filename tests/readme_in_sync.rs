@@ -1,30 +1,50 @@
 //! The README's catalog and stats tables are what operators read; keep them true.
 
-use crawlguard::classify::builtin_catalog;
+use crawlguard_contract::catalog::{begin_marker, end_marker, Catalog};
 
 fn readme() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap_or_default()
 }
 
+/// The catalog tables are rendered from `contract/catalog/bots.json`; the README must carry
+/// exactly that rendering, so an edit of the data file without the README (or the other way
+/// round) fails here.
 #[test]
-fn readme_lists_every_builtin_bot_with_its_class_and_verify_flag() {
+fn readme_catalog_tables_are_generated_from_the_data_file() {
     let text = readme();
-    let mut missing = Vec::new();
-    for b in builtin_catalog() {
-        let row = format!(
-            "| `{}` | {} | {} |",
+    let catalog = Catalog::builtin().expect("the embedded catalog loads");
+    for (name, block) in catalog.readme_blocks() {
+        assert!(
+            text.contains(&block),
+            "README block {name:?} differs from contract/catalog/bots.json; regenerate it with\n  \
+             cargo run -q -p crawlguard-contract --example catalog_tables -- --write README.md\n\
+             expected:\n{block}"
+        );
+    }
+}
+
+/// The filter's matcher and the README's table are both the data file, in the same order.
+#[test]
+fn readme_bot_table_lists_the_filters_catalog_in_match_order() {
+    let text = readme();
+    let (begin, end) = (begin_marker("bot table"), end_marker("bot table"));
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != begin)
+        .take_while(|l| *l != end)
+        .filter(|l| l.starts_with("| `"))
+        .collect();
+    let catalog = crawlguard::catalog::builtin_catalog();
+    assert_eq!(rows.len(), catalog.len());
+    for (row, b) in rows.iter().zip(&catalog) {
+        let start = format!(
+            "| `{}` | {} | {} | ",
             b.id,
             b.class.as_str(),
             if b.verify { "yes" } else { "no" }
         );
-        if !text.contains(&row) {
-            missing.push(row);
-        }
+        assert!(row.starts_with(&start), "{row} is not {start}...");
     }
-    assert!(
-        missing.is_empty(),
-        "README catalog rows missing or stale: {missing:#?}"
-    );
 }
 
 #[test]
@@ -38,7 +58,7 @@ fn readme_documents_every_stat_family() {
             .replace(".route.default", ".route.<route>");
         assert!(
             text.contains(&generic)
-                || crawlguard::classify::Class::ALL
+                || crawlguard::class::Class::ALL
                     .iter()
                     .any(|c| text.contains(&family.replace(c.as_str(), "<class>"))),
             "README does not document {name}"
@@ -67,7 +87,7 @@ fn readme_examples_are_verbatim_copies_of_files_tests_load() {
         checked += 1;
         rest = body;
     }
-    assert_eq!(checked, 4, "include markers checked");
+    assert_eq!(checked, 5, "include markers checked");
 }
 
 #[test]
@@ -83,4 +103,105 @@ fn every_example_configuration_is_accepted() {
         n += 1;
     }
     assert!(n >= 1);
+}
+
+/// The cells of every README table row whose first cell is a backticked name.
+fn table_rows(text: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn readme_configuration_defaults_are_the_embedded_defaults() {
+    let text = readme();
+    let defaults: serde_json::Value =
+        serde_json::from_str(crawlguard::config::DEFAULT_CONFIG_JSON).expect("default JSON");
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for row in table_rows(&text) {
+        let [field, _type, default, ..] = row.as_slice() else {
+            continue;
+        };
+        let field = field.trim_matches('`');
+        // Only rows of the configuration reference: a field path and a literal default.
+        let Some(literal) = default.strip_prefix('`').and_then(|d| d.strip_suffix('`')) else {
+            continue;
+        };
+        if field.starts_with("crawlguard.") || field.contains('<') || field.contains('[') {
+            continue;
+        }
+        let Ok(want) = serde_json::from_str::<serde_json::Value>(literal) else {
+            continue;
+        };
+        let pointer = format!("/{}", field.replace('.', "/"));
+        match defaults.pointer(&pointer) {
+            Some(have) if *have == want => checked += 1,
+            have => wrong.push(format!(
+                "{field}: README says {literal}, default is {have:?}"
+            )),
+        }
+    }
+    assert!(wrong.is_empty(), "README defaults drifted: {wrong:#?}");
+    assert!(checked >= 25, "only {checked} rows checked");
+}
+
+#[test]
+fn readme_class_policies_and_default_limits_are_the_defaults() {
+    let text = readme();
+    let cfg = crawlguard::config::parse(b"").expect("default config");
+    let mut classes = 0;
+    let mut limits = 0;
+    for row in table_rows(&text) {
+        let name = row[0].trim_matches('`');
+        // The class table's third cell reads `min..max +0..jitter`.
+        if let (Some(class), [_, _, ra, status, escalation]) =
+            (crawlguard::class::Class::parse(name), row.as_slice())
+        {
+            if !ra.contains(" +0..") {
+                continue;
+            }
+            let p = cfg.policy(class);
+            let r = p.retry_after;
+            assert_eq!(
+                (ra.as_str(), status.as_str(), escalation.as_str()),
+                (
+                    format!("{}..{} +0..{}", r.min_s, r.max_s, r.jitter_s).as_str(),
+                    p.reject_status.to_string().as_str(),
+                    if p.escalation.enabled { "on" } else { "off" }
+                ),
+                "class {name}"
+            );
+            classes += 1;
+        }
+        if let Some(l) = cfg.limits.iter().find(|l| l.name == name) {
+            let [_, class, rate, burst, key] = row.as_slice() else {
+                panic!("limit row {row:?}");
+            };
+            assert_eq!(
+                (
+                    class.as_str(),
+                    rate.parse::<f64>().ok(),
+                    burst.parse::<u32>().ok(),
+                    key.as_str()
+                ),
+                (
+                    l.class.map_or("*", |c| c.as_str()),
+                    Some(l.rate_per_s),
+                    Some(l.burst),
+                    l.key.kind_str()
+                ),
+                "limit {name}"
+            );
+            limits += 1;
+        }
+    }
+    assert_eq!(classes, 8);
+    assert_eq!(limits, cfg.limits.len());
 }

@@ -415,3 +415,280 @@ fn a_200_passes_untouched_and_a_refused_reply_fails_open() {
     assert_eq!(step, Step::Continue);
     assert_eq!(p.class_of(ctx).as_deref(), Some("human"));
 }
+
+/// One cost-based limit: 100 items per client, refilling 0.001/s; 20 reserved per request.
+const COST: &str = r#""limits":[{"name":"items","class":"*","route":"*","rate_per_s":0.001,"burst":100,
+    "key":"client_ip","cost":{"reserve":20,"from_response_header":"x-crawlguard-cost"}}]"#;
+
+#[test]
+fn cost_limits_reserve_then_settle_from_the_origin_header() {
+    let mut p = FakeProxy::new(&format!("{{{COST}}}"), T0);
+    // Pages of 20 items: 5 pages fit in 100.
+    let mut admitted = 0;
+    for _ in 0..7 {
+        let (ctx, step) = p.get("/list", CHROME, G);
+        if step == Step::Continue {
+            admitted += 1;
+            p.respond(
+                ctx,
+                &[(":status", "200"), ("x-crawlguard-cost", "20")],
+                false,
+            );
+            // The cost header never reaches the client.
+            assert!(p
+                .req(ctx)
+                .response_headers
+                .iter()
+                .all(|(k, _)| k != "x-crawlguard-cost"));
+        }
+    }
+    assert_eq!(admitted, 5);
+
+    // Pages of 100 items from another client: reserve 20, settle 100 (80 of debt past the
+    // reservation): the second request no longer fits.
+    let b = "192.0.2.9:1";
+    let (ctx, step) = p.get("/list", CHROME, b);
+    assert_eq!(step, Step::Continue);
+    p.respond(
+        ctx,
+        &[(":status", "200"), ("x-crawlguard-cost", "100")],
+        false,
+    );
+    let (_, step) = p.get("/list", CHROME, b);
+    assert_eq!(step, Step::Pause);
+}
+
+#[test]
+fn concurrent_requests_cannot_overspend_and_missing_or_bad_costs_settle_at_the_reservation() {
+    let mut p = FakeProxy::new(&format!("{{{COST}}}"), T0);
+    // Five requests in flight at once have reserved 100: the sixth is rejected before any
+    // of them is settled.
+    let ctxs: Vec<u32> = (0..5).map(|_| p.get("/list", CHROME, G).0).collect();
+    let (_, step) = p.get("/list", CHROME, G);
+    assert_eq!(step, Step::Pause);
+    // Settled at 0, 0, missing, garbage, and a disconnect (never settled): 60 still used.
+    p.respond(
+        ctxs[0],
+        &[(":status", "200"), ("x-crawlguard-cost", "0")],
+        false,
+    );
+    p.respond(
+        ctxs[1],
+        &[(":status", "200"), ("x-crawlguard-cost", "0")],
+        false,
+    );
+    p.respond(ctxs[2], &[(":status", "200")], false);
+    p.respond(
+        ctxs[3],
+        &[(":status", "200"), ("x-crawlguard-cost", "lots")],
+        false,
+    );
+    p.hang_up(ctxs[4]);
+    // 40 free: exactly two more reservations of 20.
+    let steps: Vec<Step> = (0..3).map(|_| p.get("/list", CHROME, G).1).collect();
+    assert_eq!(steps, [Step::Continue, Step::Continue, Step::Pause]);
+}
+
+/// Script limit 1 token, no refill to speak of; Retry-After exactly 2 s (no jitter);
+/// escalation after 2 ignored, x3 per step, up to 54 s, forgotten after 100 s.
+const ESC: &str = r#""classes":{"script":{"retry_after":{"min_s":2,"max_s":2,"jitter_s":0},
+    "escalation":{"enabled":true,"after_ignored":2,"factor":3,"max_s":54,"decay_s":100}}},
+    "limits":[{"name":"s","class":"script","route":"*","rate_per_s":0.001,"burst":1,"key":"client_ip"}]"#;
+
+fn retry_after(p: &FakeProxy, ctx: u32) -> Option<u32> {
+    p.req(ctx)
+        .reply
+        .as_ref()
+        .and_then(|r| r.header("retry-after"))
+        .and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn a_client_that_hammers_escalates_and_one_that_waits_is_counted_honoured() {
+    let mut p = FakeProxy::new(&format!("{{{ESC}}}"), T0);
+    assert_eq!(p.get("/", "curl/8", G).1, Step::Continue);
+    let mut seen = Vec::new();
+    for _ in 0..7 {
+        let (ctx, step) = p.get("/", "curl/8", G);
+        assert_eq!(step, Step::Pause);
+        seen.push(retry_after(&p, ctx));
+        p.advance(100 * MS);
+    }
+    // 2, then two ignored Retry-Afters: x3 per step up to 54.
+    assert_eq!(
+        seen,
+        [
+            Some(2),
+            Some(2),
+            Some(6),
+            Some(18),
+            Some(54),
+            Some(54),
+            Some(54)
+        ]
+    );
+    assert_eq!(p.counter("crawlguard.class.script.retry_after_ignored"), 6);
+    assert_eq!(p.counter("crawlguard.class.script.escalated"), 5);
+    // It waits out its penalty: honoured (counted once), still limited (no token), and
+    // still escalated: what it ignored is remembered for decay_s.
+    p.advance(54 * S);
+    let (ctx, _) = p.get("/", "curl/8", G);
+    assert_eq!(p.counter("crawlguard.class.script.retry_after_honoured"), 1);
+    assert_eq!(retry_after(&p, ctx), Some(54));
+    // After decay_s without ignoring, it starts over at 2.
+    p.advance(120 * S);
+    let (ctx, _) = p.get("/", "curl/8", G);
+    assert_eq!(retry_after(&p, ctx), Some(2));
+}
+
+#[test]
+fn a_verified_crawler_never_escalates() {
+    let mut p = proxy("");
+    let (ctx, _) = p.get("/", GOOGLEBOT, G);
+    p.wake();
+    assert!(p.verdict_for("192.0.2.1", "googlebot", "verified"));
+    assert_eq!(p.class_of(ctx).as_deref(), Some("search_crawler"));
+    for _ in 0..60 {
+        let _ = p.get("/", GOOGLEBOT, G);
+    }
+    assert_eq!(p.counter("crawlguard.class.search_crawler.limited"), 11);
+    assert_eq!(p.counter("crawlguard.class.search_crawler.escalated"), 0);
+    assert_eq!(
+        p.counter("crawlguard.class.search_crawler.retry_after_ignored"),
+        10
+    );
+}
+
+#[test]
+fn a_limit_in_shadow_mode_counts_while_the_others_enforce() {
+    let mut p = FakeProxy::new(
+        r#"{"limits":[
+          {"name":"trial","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"client_ip","mode":"shadow"},
+          {"name":"real","class":"*","route":"*","rate_per_s":0.001,"burst":4,"key":"client_ip"}]}"#,
+        T0,
+    );
+    let steps: Vec<Step> = (0..6).map(|_| p.get("/", CHROME, G).1).collect();
+    // The trial limit (2) only counts; the real one (4) rejects.
+    assert_eq!(
+        steps,
+        [
+            Step::Continue,
+            Step::Continue,
+            Step::Continue,
+            Step::Continue,
+            Step::Pause,
+            Step::Pause
+        ]
+    );
+    assert_eq!(p.counter("crawlguard.class.human.allowed"), 2);
+    assert_eq!(p.counter("crawlguard.class.human.shadow_limited"), 2);
+    assert_eq!(p.counter("crawlguard.class.human.limited"), 2);
+}
+
+/// Shedding over a 2 s window, at least 5 responses, p95 above 100 ms is unhealthy, one
+/// class per second: other_bot first, then script; humans never (not in the order).
+const SHED: &str = r#""shedding":{"enabled":true,"window_s":2,"min_requests":5,"latency_ms":100,
+    "step_s":1,"order":["other_bot","script"],"retry_after":{"min_s":15,"max_s":60,"jitter_s":0}},
+    "limits":[]"#;
+
+const BOT: &str = "AcmeCrawler/1.0 (+http://acme.example/bot)";
+
+/// `n` human requests answered after `ms` each (with `status`).
+fn traffic(p: &mut FakeProxy, n: usize, ms: u64, status: &str) {
+    for _ in 0..n {
+        let (ctx, step) = p.get("/", CHROME, G);
+        assert_eq!(step, Step::Continue);
+        p.advance(ms * MS);
+        p.respond(ctx, &[(":status", status)], true);
+    }
+}
+
+/// What each class gets now: (other_bot, script, human) shed?
+fn shed_now(p: &mut FakeProxy) -> (bool, bool, bool) {
+    let mut shed = |ua: &str| {
+        let (ctx, _) = p.get("/", ua, "192.0.2.50:1");
+        p.reply_status(ctx) == Some(503)
+    };
+    (shed(BOT), shed("curl/8"), shed(CHROME))
+}
+
+#[test]
+fn a_slow_origin_sheds_class_by_class_and_recovers_level_by_level() {
+    let mut p = FakeProxy::new(&format!("{{{SHED}}}"), T0);
+    let level = |p: &FakeProxy| p.host.gauge("crawlguard.shed.default.level");
+    traffic(&mut p, 10, 10, "200");
+    p.tick();
+    assert_eq!(level(&p), Some(0));
+    assert_eq!(shed_now(&mut p), (false, false, false));
+    // The origin slows down: p95 500 ms.
+    traffic(&mut p, 10, 500, "200");
+    p.advance(S);
+    p.tick();
+    assert_eq!(level(&p), Some(1));
+    let (ctx, _) = p.get("/", BOT, "192.0.2.50:1");
+    let r = p.req(ctx).reply.clone().expect("shed");
+    assert_eq!((r.status, r.details.as_str()), (503, "crawlguard_shed"));
+    assert_eq!(r.header("retry-after"), Some("15"));
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    assert_eq!(shed_now(&mut p), (true, false, false));
+    // Still slow one step later: scripts go too; humans stay.
+    traffic(&mut p, 5, 500, "200");
+    p.advance(S);
+    p.tick();
+    assert_eq!(level(&p), Some(2));
+    assert_eq!(shed_now(&mut p), (true, true, false));
+    assert_eq!(p.host.gauge("crawlguard.origin.default.p95_ms"), Some(500));
+    // Still slow a step later, but both classes are already shed: the level stays at 2.
+    // Recovered: once the slow second has left the 2 s window, one class back per second.
+    let mut timeline = Vec::new();
+    for _ in 0..4 {
+        traffic(&mut p, 10, 5, "200");
+        p.advance(S);
+        p.tick();
+        timeline.push(level(&p).unwrap_or(99));
+    }
+    assert_eq!(timeline, [2, 1, 0, 0]);
+    assert_eq!(shed_now(&mut p), (false, false, false));
+    assert_eq!(p.counter("crawlguard.class.other_bot.shed"), 3);
+    assert_eq!(p.counter("crawlguard.class.script.shed"), 1);
+    assert_eq!(p.counter("crawlguard.class.human.shed"), 0);
+}
+
+#[test]
+fn a_failing_origin_sheds_too_and_shadow_mode_only_counts() {
+    let mut p = FakeProxy::new(&format!("{{{SHED}}}"), T0);
+    traffic(&mut p, 6, 5, "200");
+    traffic(&mut p, 4, 5, "503");
+    p.advance(S);
+    p.tick();
+    assert_eq!(
+        p.host.gauge("crawlguard.origin.default.error_permille"),
+        Some(400)
+    );
+    assert_eq!(shed_now(&mut p), (true, false, false));
+
+    let mut p = FakeProxy::new(&format!("{{\"mode\":\"shadow\",{SHED}}}"), T0);
+    traffic(&mut p, 10, 500, "200");
+    p.advance(S);
+    p.tick();
+    assert_eq!(p.host.gauge("crawlguard.shed.default.level"), Some(1));
+    assert_eq!(shed_now(&mut p), (false, false, false));
+    assert_eq!(p.counter("crawlguard.class.other_bot.shadow_shed"), 1);
+    assert_eq!(p.counter("crawlguard.class.other_bot.shed"), 0);
+}
+
+#[test]
+fn two_workers_share_one_level() {
+    let cfg = crawlguard::config::parse(format!("{{{SHED}}}").as_bytes()).expect("valid");
+    let store = std::rc::Rc::new(crawlguard::store::mem::MemStore::default());
+    let mut a = FakeProxy::with_config(cfg.clone(), T0, store.clone());
+    let mut b = FakeProxy::with_config(cfg, T0, store);
+    // Worker a sees the slow responses; worker b sees none.
+    traffic(&mut a, 10, 500, "200");
+    a.advance(S);
+    b.advance(S);
+    a.tick();
+    b.tick();
+    assert_eq!(shed_now(&mut a), (true, false, false));
+    assert_eq!(shed_now(&mut b), (true, false, false));
+}

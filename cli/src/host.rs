@@ -123,7 +123,8 @@ pub struct ReplayHost {
     /// The current request.
     pub req: Req,
     current: ContextId,
-    counters: Vec<u64>,
+    /// Counter and gauge values by metric id.
+    metrics: Vec<u64>,
     /// Callouts dispatched and not answered yet: (token, path).
     pub callouts: Vec<(u32, String)>,
     next_token: u32,
@@ -175,6 +176,11 @@ impl Host for ReplayHost {
         self.response_header(name).into_iter().collect()
     }
 
+    fn remove_response_header(&mut self, _name: &str) {
+        // The response of a replay is its status alone: there is no other header to remove
+        // (the cost headers the filter removes are not in access logs).
+    }
+
     fn send_reply(&mut self, reply: &LocalReply<'_>) -> Result<(), HostError> {
         self.req.reply = Some(reply.status);
         self.req.policy = reply
@@ -191,8 +197,14 @@ impl Host for ReplayHost {
     }
 
     fn increment(&mut self, id: u32) {
-        if let Some(c) = self.counters.get_mut(id as usize) {
+        if let Some(c) = self.metrics.get_mut(id as usize) {
             *c += 1;
+        }
+    }
+
+    fn set_gauge(&mut self, id: u32, value: u64) {
+        if let Some(g) = self.metrics.get_mut(id as usize) {
+            *g = value;
         }
     }
 
@@ -262,7 +274,7 @@ impl ReplayProxy {
     /// A worker for `cfg`, its shared-data slots created.
     pub fn new(cfg: Config) -> ReplayProxy {
         let mut names: Vec<String> = vec![String::new()];
-        let metrics = Metrics::define(&cfg, &mut |n| {
+        let metrics = Metrics::define(&cfg, &mut |n, _kind| {
             names.push(n.to_string());
             u32::try_from(names.len() - 1).ok()
         });
@@ -274,7 +286,7 @@ impl ReplayProxy {
             class_header,
             req: Req::default(),
             current: ROOT,
-            counters: vec![0; names.len()],
+            metrics: vec![0; names.len()],
             callouts: Vec::new(),
             next_token: 0,
         };
@@ -292,7 +304,7 @@ impl ReplayProxy {
         self.metric_names
             .iter()
             .position(|n| n == name)
-            .and_then(|i| self.host.counters.get(i))
+            .and_then(|i| self.host.metrics.get(i))
             .copied()
             .unwrap_or(0)
     }

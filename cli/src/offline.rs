@@ -79,7 +79,7 @@ impl Offline {
                 description.push(format!("sidecar configuration {a}"));
             }
         }
-        let mut catalog = cfg.catalog();
+        let mut catalog = cfg.catalog().map_err(|e| format!("sidecar catalog: {e}"))?;
         for (bot, file) in pairs {
             description.push(format!("{bot}={}", file.display()));
             catalog.entry(bot).or_default().ranges.push(file);

@@ -23,7 +23,7 @@ use crate::table::{pct, Table};
 use crate::time;
 use crawlguard::classify::Class;
 use crawlguard::config::{Config, KeyKind, Mode};
-use crawlguard::engine::path_only;
+use crawlguard::request::path_only;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -12,7 +12,7 @@ use crate::table::{pct, Table};
 use crate::time;
 use crawlguard::classify::Class;
 use crawlguard::config::Config;
-use crawlguard::engine::path_only;
+use crawlguard::request::path_only;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;

@@ -2,7 +2,9 @@
 //! result is the same in any ASCII case and consistent with the matched catalog entry.
 #![no_main]
 
-use crawlguard::classify::{builtin_catalog, Class, Classifier};
+use crawlguard::catalog::builtin_catalog;
+use crawlguard::class::Class;
+use crawlguard::classify::Classifier;
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
 

@@ -2,30 +2,16 @@
 //! global backstop. Both kinds of rejection leave Envoy looking the same: crawlguard's own
 //! 429 and the backstop's 429 (normalised on crawlguard's response path).
 
-use crawlguard_integration::{client, sequential, Envoy, EnvoyOpts, UA_CHROME, UA_CURL};
+use crawlguard_integration::{
+    assert_clean_rejection, client, ip, sequential, statuses, Envoy, EnvoyOpts, Limit, Reply,
+    UA_CHROME, UA_CURL,
+};
 use serde_json::json;
-use std::net::Ipv4Addr;
 
-fn assert_clean_429(r: &crawlguard_integration::Reply, max_retry_after: u32, what: &str) {
-    assert_eq!(r.status, 429, "{what}");
-    let ra: u32 = r
-        .header("retry-after")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{what}: retry-after in seconds"));
-    assert!(
-        (1..=max_retry_after).contains(&ra),
-        "{what}: retry-after {ra}"
-    );
-    assert_eq!(r.header("cache-control"), Some("no-store"), "{what}");
-    assert_eq!(
-        r.header("content-type"),
-        Some("text/plain; charset=utf-8"),
-        "{what}"
-    );
-    assert_eq!(
-        r.body, "429 Too Many Requests: try again after Retry-After\n",
-        "{what}"
-    );
+/// A clean 429 (see [`assert_clean_rejection`]) whose Retry-After is at most `max_s`.
+fn assert_clean_429(r: &Reply, max_s: u64, what: &str) {
+    let ra = assert_clean_rejection(r, 429);
+    assert!((1..=max_s).contains(&ra), "{what}: retry-after {ra}");
 }
 
 #[tokio::test]
@@ -34,26 +20,22 @@ async fn backstop_and_crawlguard_rejections_both_come_out_normalised() {
     // shipped example allows a burst of 200 for the whole listener.
     let envoy = Envoy::start(
         EnvoyOpts::with_config(json!({"limits": [
-            {"name": "human", "class": "human", "route": "*", "rate_per_s": 1000000,
-             "burst": 1000000, "key": "client_ip"},
-            {"name": "script", "class": "script", "route": "*", "rate_per_s": 0.01,
-             "burst": 3, "key": "client_ip"}]}))
+            Limit::per_ip("human", 1_000_000).class("human").rate_per_s(1e6),
+            Limit::per_ip("script", 3).class("script").rate_per_s(0.01),
+        ]}))
         .template("envoy/envoy-local-ratelimit.yaml"),
     )
     .await;
     let url = envoy.url("/");
 
     // crawlguard's own rejection.
-    let s = sequential(&client(Ipv4Addr::new(127, 0, 0, 2)), &url, UA_CURL, 4).await;
-    assert_eq!(
-        s.iter().map(|r| r.status).collect::<Vec<_>>(),
-        [200, 200, 200, 429]
-    );
+    let s = sequential(&client(ip(2)), &url, UA_CURL, 4).await;
+    assert_eq!(statuses(&s), [200, 200, 200, 429]);
     // script class: Retry-After clamped to 1..=300, plus jitter 0..=10.
     assert_clean_429(&s[3], 310, "crawlguard's own 429");
 
     // Drain the backstop (200 tokens, 100/s refill): browsers from another address.
-    let h = sequential(&client(Ipv4Addr::new(127, 0, 0, 3)), &url, UA_CHROME, 400).await;
+    let h = sequential(&client(ip(3)), &url, UA_CHROME, 400).await;
     let first_429 = h
         .iter()
         .position(|r| r.status == 429)

@@ -5,39 +5,26 @@
 //! nothing refills while the test runs and the counts are exact.
 
 use std::collections::BTreeSet;
-use std::net::Ipv4Addr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crawlguard_integration::{
-    burst, by_status, client, get, sequential, Envoy, EnvoyOpts, Reply, UA_CHROME, UA_CURL,
-    UA_GOOGLEBOT,
+    burst, by_status, client, get, ip, sequential, statuses, Envoy, EnvoyOpts, FilterConfig, Limit,
+    Table, UA_CHROME, UA_CURL, UA_GOOGLEBOT,
 };
 use serde_json::json;
 
-/// A limit on every class and route, keyed by client IP.
-fn per_ip_limit(name: &str, rate_per_s: f64, burst: u32) -> serde_json::Value {
-    json!({"name": name, "class": "*", "route": "*", "rate_per_s": rate_per_s,
-           "burst": burst, "key": "client_ip"})
-}
+/// The refill rate of most limits here: one token in 100 s.
+const SLOW: f64 = 0.01;
 
-/// A per-client-IP limit for one class on every route.
-fn class_limit(class: &str, burst: u32) -> serde_json::Value {
-    json!({"name": class, "class": class, "route": "*", "rate_per_s": 0.01,
-           "burst": burst, "key": "client_ip"})
-}
-
-fn statuses(replies: &[Reply]) -> Vec<u16> {
-    replies.iter().map(|r| r.status).collect()
-}
-
-fn ip(last: u8) -> Ipv4Addr {
-    Ipv4Addr::new(127, 0, 0, last)
+/// `burst` tokens per client IP for every class and route, refilled at [`SLOW`].
+fn per_ip(name: &str, burst: u32) -> Limit {
+    Limit::per_ip(name, burst).rate_per_s(SLOW)
 }
 
 #[tokio::test]
 async fn per_ip_isolation() {
     let envoy = Envoy::start(EnvoyOpts::with_config(
-        json!({"limits": [per_ip_limit("per_ip", 0.01, 5)]}),
+        json!({"limits": [per_ip("per_ip", 5)]}),
     ))
     .await;
     let url = envoy.url("/");
@@ -56,9 +43,9 @@ async fn per_ip_isolation() {
 #[tokio::test]
 async fn class_isolation() {
     let envoy = Envoy::start(EnvoyOpts::with_config(json!({"limits": [
-        class_limit("script", 5),
-        class_limit("human", 5),
-        class_limit("unverified_bot", 5),
+        per_ip("script", 5).class("script"),
+        per_ip("human", 5).class("human"),
+        per_ip("unverified_bot", 5).class("unverified_bot"),
     ]})))
     .await;
     let url = envoy.url("/page");
@@ -127,10 +114,8 @@ async fn route_limit() {
     let envoy = Envoy::start(EnvoyOpts::with_config(json!({
         "routes": [{"name": "api", "path_prefix": "/api/"}],
         "limits": [
-            {"name": "api", "class": "*", "route": "api", "rate_per_s": 0.01, "burst": 3,
-             "key": "client_ip"},
-            {"name": "site", "class": "*", "route": "*", "rate_per_s": 1000.0, "burst": 1000,
-             "key": "client_ip"},
+            per_ip("api", 3).route("api"),
+            Limit::per_ip("site", 1000).rate_per_s(1000.0),
         ]
     })))
     .await;
@@ -153,12 +138,10 @@ async fn route_limit() {
 #[tokio::test]
 async fn exact_burst_across_two_workers() {
     const BURST: u64 = 20;
-    const RATE: f64 = 0.01;
     const N: usize = 200;
-    let envoy = Envoy::start(EnvoyOpts {
-        concurrency: 2,
-        ..EnvoyOpts::with_config(json!({"limits": [per_ip_limit("all", RATE, BURST as u32)]}))
-    })
+    let envoy = Envoy::start(
+        EnvoyOpts::with_config(json!({"limits": [per_ip("all", BURST as u32)]})).concurrency(2),
+    )
     .await;
     let c = client(ip(6));
 
@@ -169,7 +152,7 @@ async fn exact_burst_across_two_workers() {
     let counts = by_status(&replies);
     let allowed = *counts.get(&200).unwrap_or(&0) as u64;
     let limited = *counts.get(&429).unwrap_or(&0) as u64;
-    let expected = BURST + (elapsed * RATE).floor() as u64;
+    let expected = BURST + (elapsed * SLOW).floor() as u64;
     println!("{N} requests in {elapsed:.3}s: {counts:?}, expected {expected} allowed");
     assert_eq!(
         allowed + limited,
@@ -202,7 +185,7 @@ async fn exact_burst_across_two_workers() {
 async fn rejection_is_clean_and_honest() {
     let envoy = Envoy::start(EnvoyOpts::with_config(json!({
         "classes": {"script": {"reject_status": 503}},
-        "limits": [per_ip_limit("all", 0.01, 1)]
+        "limits": [per_ip("all", 1)]
     })))
     .await;
     let url = envoy.url("/some/page");
@@ -242,19 +225,13 @@ async fn rejection_is_clean_and_honest() {
             "key=client_ip".to_string(),
             format!("retry_after_s={ra}"),
         ];
-        let logged = |log: &str| {
-            log.lines()
-                .any(|l| want_fields.iter().all(|f| l.contains(f.as_str())))
-        };
-        let deadline = Instant::now() + std::time::Duration::from_secs(5);
-        while !logged(&envoy.log()) && Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        assert!(
-            logged(&envoy.log()),
-            "no debug line with {want_fields:?} in the log:\n{}",
-            envoy.log()
-        );
+        envoy
+            .wait_for_log_line(
+                Duration::from_secs(5),
+                &format!("with {want_fields:?}"),
+                |l| want_fields.iter().all(|f| l.contains(f.as_str())),
+            )
+            .await;
     }
 }
 
@@ -262,7 +239,7 @@ async fn rejection_is_clean_and_honest() {
 async fn ratelimit_headers_on_rejection_when_enabled() {
     let envoy = Envoy::start(EnvoyOpts::with_config(json!({
         "ratelimit_headers": true,
-        "limits": [per_ip_limit("all", 0.01, 1)]
+        "limits": [per_ip("all", 1)]
     })))
     .await;
     let c = client(ip(9));
@@ -284,11 +261,9 @@ async fn retry_after_bounds_and_jitter_spread() {
                    {"name": "fast", "path_prefix": "/fast/"}],
         "limits": [
             // Next token in ~100 s: clamped down to max_s.
-            {"name": "slow", "class": "*", "route": "slow", "rate_per_s": 0.01, "burst": 1,
-             "key": "client_ip"},
+            per_ip("slow", 1).route("slow"),
             // Next token in <= 0.2 s: ceil = 1 s, clamped up to min_s.
-            {"name": "fast", "class": "*", "route": "fast", "rate_per_s": 5.0, "burst": 1,
-             "key": "client_ip"},
+            Limit::per_ip("fast", 1).route("fast").rate_per_s(5.0),
         ]
     })))
     .await;
@@ -326,7 +301,7 @@ async fn retry_after_bounds_and_jitter_spread() {
 async fn shadow_mode_counts_but_never_rejects() {
     let envoy = Envoy::start(EnvoyOpts::with_config(json!({
         "mode": "shadow",
-        "limits": [per_ip_limit("all", 0.01, 2)]
+        "limits": [per_ip("all", 2)]
     })))
     .await;
     let replies = sequential(&client(ip(11)), &envoy.url("/"), UA_CHROME, 10).await;
@@ -343,17 +318,24 @@ async fn shadow_mode_counts_but_never_rejects() {
 #[tokio::test]
 async fn exempt_robots_txt_and_sitemaps() {
     let envoy = Envoy::start(EnvoyOpts::with_config(json!({
-        "limits": [per_ip_limit("all", 0.01, 2)]
+        "limits": [per_ip("all", 2)]
     })))
     .await;
     let c = client(ip(12));
     let page = sequential(&c, &envoy.url("/"), UA_GOOGLEBOT, 3).await;
     assert_eq!(statuses(&page), [200, 200, 429]);
+    let mut t = Table::new("exempt paths");
     for path in ["/robots.txt", "/sitemap.xml", "/sitemap_index.xml"] {
         let r = get(&c, &envoy.url(path), UA_GOOGLEBOT, &[]).await;
-        assert_eq!(r.status, 200, "{path}");
-        assert_eq!(r.body, "hello from the demo origin\n");
+        t.eq(path, "status", r.status, 200);
+        t.eq(
+            path,
+            "body",
+            r.body.as_str(),
+            "hello from the demo origin\n",
+        );
     }
+    t.finish();
     // Still empty: exempt requests neither refill nor bypass the bucket for other paths.
     assert_eq!(
         get(&c, &envoy.url("/"), UA_GOOGLEBOT, &[]).await.status,
@@ -374,15 +356,17 @@ async fn client_supplied_class_header_is_replaced() {
     let envoy = Envoy::start(EnvoyOpts::default()).await;
     let c = client(ip(13));
     let url = envoy.url("/");
+    let mut t = Table::new("forged class headers");
     for (ua, forged, real) in [
         (UA_CHROME, "search_crawler", "human"),
         (UA_CURL, "human", "script"),
         (UA_GOOGLEBOT, "search_crawler", "unverified_bot"),
     ] {
         let r = get(&c, &url, ua, &[("x-crawler-class", forged)]).await;
-        assert_eq!(r.status, 200);
-        assert_eq!(r.upstream_class(), Some(real), "{ua}");
+        t.eq(ua, "status", r.status, 200);
+        t.eq(ua, "class upstream", r.upstream_class(), Some(real));
     }
+    t.finish();
     // Two forged values are both removed.
     let r = get(
         &c,
@@ -399,31 +383,37 @@ async fn client_supplied_class_header_is_replaced() {
 
 #[tokio::test]
 async fn invalid_configuration_is_refused_with_field_path() {
-    let log = Envoy::start_expect_failure(EnvoyOpts::with_config(json!({"limits": [
-        {"name": "a", "class": "*", "route": "*", "rate_per_s": 0, "burst": 1,
-         "key": "client_ip"}
-    ]})))
-    .await;
-    assert!(
-        log.contains("limits[0].rate_per_s"),
-        "log does not name limits[0].rate_per_s:\n{log}"
-    );
-
-    let log = Envoy::start_expect_failure(EnvoyOpts::with_config(json!({"bogus": 1}))).await;
-    assert!(log.contains("bogus"), "log does not name `bogus`:\n{log}");
-
-    let log = Envoy::start_expect_failure(EnvoyOpts::with_config("{not json")).await;
-    assert!(
-        log.contains("Unable to create Wasm plugin"),
-        "envoy did not refuse invalid JSON:\n{log}"
-    );
+    // (configuration, what Envoy's log must name)
+    let cases: [(FilterConfig, &str); 3] = [
+        (
+            json!({"limits": [
+                {"name": "a", "class": "*", "route": "*", "rate_per_s": 0, "burst": 1,
+                 "key": "client_ip"}
+            ]})
+            .into(),
+            "limits[0].rate_per_s",
+        ),
+        (json!({"bogus": 1}).into(), "bogus"),
+        ("{not json".into(), "Unable to create Wasm plugin"),
+    ];
+    let mut t = Table::new("refused configurations");
+    for (cfg, named) in cases {
+        let shown = cfg.as_string();
+        let log = Envoy::start_expect_failure(EnvoyOpts::with_config(cfg)).await;
+        t.check(
+            &shown,
+            log.contains(named),
+            format_args!("log does not name `{named}`:\n{log}"),
+        );
+    }
+    t.finish();
 }
 
 #[tokio::test]
 async fn xff_trusted_hops_keys_by_forwarded_client() {
     let envoy = Envoy::start(EnvoyOpts::with_config(json!({
         "client_ip": {"source": "xff", "xff_trusted_hops": 1},
-        "limits": [per_ip_limit("all", 0.01, 2)]
+        "limits": [per_ip("all", 2)]
     })))
     .await;
     // One socket address for everything: only x-forwarded-for tells the clients apart.

@@ -96,11 +96,7 @@ async fn replay_apache_log_with_default_config() {
     let clients: HashMap<Ipv4Addr, reqwest::Client> =
         ip_map.values().map(|&ip| (ip, client(ip))).collect();
 
-    let envoy = Envoy::start(EnvoyOpts {
-        concurrency: 2,
-        ..EnvoyOpts::default()
-    })
-    .await;
+    let envoy = Envoy::start(EnvoyOpts::default().concurrency(2)).await;
     let base = envoy.base_url();
 
     let sem = Arc::new(Semaphore::new(PARALLEL));

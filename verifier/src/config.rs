@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::BUILTIN_BOTS;
+use crate::catalog::builtin_bots;
 use crate::domain::{is_valid_domain, normalize_name};
+use crawlguard_contract::bot_id::is_valid_bot_id;
 
 /// The whole configuration document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -173,16 +174,6 @@ impl BotMethods {
     }
 }
 
-/// Bot id syntax: 1..=64 of `[a-z0-9._-]`. Bot ids become metric label values, so they are
-/// kept short and plain.
-pub fn is_valid_bot_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 64
-        && id.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
-        })
-}
-
 /// A configuration error, naming the field.
 #[derive(Debug)]
 pub struct ConfigError(pub String);
@@ -282,14 +273,15 @@ impl Config {
     }
 
     /// The effective catalog: built-in entries merged with (or replaced by) `[[bots]]`.
-    pub fn catalog(&self) -> BTreeMap<String, BotMethods> {
+    /// Fails only if the embedded catalog data file does not load (see [`builtin_bots`]).
+    pub fn catalog(&self) -> Result<BTreeMap<String, BotMethods>, ConfigError> {
         let mut catalog = BTreeMap::new();
         if self.bots_mode == BotsMode::Merge {
-            for b in BUILTIN_BOTS {
+            for b in builtin_bots().map_err(builtin_error)? {
                 catalog.insert(
-                    b.id.to_string(),
+                    b.id.clone(),
                     BotMethods {
-                        domains: b.domains.iter().map(|d| d.to_string()).collect(),
+                        domains: b.domains.clone(),
                         ranges: Vec::new(),
                     },
                 );
@@ -310,30 +302,38 @@ impl Config {
                 entry.ranges = ranges.clone();
             }
         }
-        catalog
+        Ok(catalog)
     }
 
     /// The default configuration with the built-in catalog spelled out, as TOML: a starting
     /// point for operators (`--print-default-config`).
-    pub fn default_toml() -> String {
+    pub fn default_toml() -> Result<String, ConfigError> {
         let mut config = Config {
             bots_mode: BotsMode::Replace,
             ..Config::default()
         };
-        config.bots = BUILTIN_BOTS
+        config.bots = builtin_bots()
+            .map_err(builtin_error)?
             .iter()
             .map(|b| BotConfig {
-                id: b.id.to_string(),
-                domains: Some(b.domains.iter().map(|d| d.to_string()).collect()),
+                id: b.id.clone(),
+                domains: Some(b.domains.clone()),
                 ranges: Some(Vec::new()),
             })
             .collect();
         let body = toml::to_string_pretty(&config).unwrap_or_else(|e| format!("# error: {e}\n"));
-        format!(
+        Ok(format!(
             "# crawlguard-verifier default configuration (built-in catalog spelled out).\n\
              # bots_mode = \"replace\" here because every bot is listed; see README.md.\n{body}"
-        )
+        ))
     }
+}
+
+/// A broken embedded catalog, as a configuration error.
+fn builtin_error(e: crawlguard_contract::catalog::CatalogError) -> ConfigError {
+    ConfigError(format!(
+        "built-in catalog (contract/catalog/bots.json): {e}"
+    ))
 }
 
 #[cfg(test)]
@@ -345,7 +345,7 @@ mod tests {
         let c = Config::from_toml("").unwrap();
         assert_eq!(c, Config::default());
         c.validate().unwrap();
-        assert_eq!(c.catalog().len(), BUILTIN_BOTS.len());
+        assert_eq!(c.catalog().unwrap().len(), builtin_bots().unwrap().len());
     }
 
     #[test]
@@ -384,8 +384,8 @@ mod tests {
         )
         .unwrap();
         c.validate().unwrap();
-        let cat = c.catalog();
-        assert_eq!(cat.len(), BUILTIN_BOTS.len() + 1);
+        let cat = c.catalog().unwrap();
+        assert_eq!(cat.len(), builtin_bots().unwrap().len() + 1);
         assert_eq!(
             cat["googlebot"],
             BotMethods {
@@ -407,7 +407,7 @@ mod tests {
             "bots_mode='replace'\n[[bots]]\nid='acmebot'\ndomains=['acme.example']\n",
         )
         .unwrap();
-        let cat = c.catalog();
+        let cat = c.catalog().unwrap();
         assert_eq!(cat.keys().collect::<Vec<_>>(), vec!["acmebot"]);
     }
 
@@ -422,7 +422,7 @@ mod tests {
         .unwrap();
         let c = Config::load(&path).unwrap();
         assert_eq!(
-            c.catalog()["gptbot"].ranges,
+            c.catalog().unwrap()["gptbot"].ranges,
             vec![
                 dir.path().join("ranges/gptbot.json"),
                 PathBuf::from("/abs.json")
@@ -432,11 +432,11 @@ mod tests {
 
     #[test]
     fn default_toml_round_trips() {
-        let text = Config::default_toml();
+        let text = Config::default_toml().unwrap();
         let c = Config::from_toml(&text).unwrap();
         c.validate().unwrap();
-        let builtin = Config::default().catalog();
-        assert_eq!(c.catalog(), builtin);
+        let builtin = Config::default().catalog().unwrap();
+        assert_eq!(c.catalog().unwrap(), builtin);
     }
 
     #[test]
@@ -444,7 +444,7 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("verifier.example.toml");
         let c = Config::load(&path).unwrap();
         c.validate().unwrap();
-        let catalog = c.catalog();
+        let catalog = c.catalog().unwrap();
         assert!(!catalog["gptbot"].ranges.is_empty());
         // Every range file it names (copies in shared/data) loads.
         let paths: std::collections::BTreeSet<PathBuf> = catalog

@@ -11,9 +11,10 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use crate::config::is_valid_bot_id;
 use crate::resolver::Resolve;
 use crate::verify::Verifier;
+use crawlguard_contract::bot_id::is_valid_bot_id;
+use crawlguard_contract::verify::PATH as VERIFY_PATH;
 
 /// Query parameters of `/v1/verify`. Both optional here so a missing one gets our own JSON
 /// error instead of the framework's plain-text rejection.
@@ -90,7 +91,7 @@ async fn not_found() -> Response {
 /// The service's routes.
 pub fn router<R: Resolve>(verifier: Arc<Verifier<R>>) -> Router {
     Router::new()
-        .route("/v1/verify", get(verify::<R>))
+        .route(VERIFY_PATH, get(verify::<R>))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics::<R>))
         .fallback(not_found)

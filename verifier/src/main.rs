@@ -196,7 +196,7 @@ async fn shutdown_signal() {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if cli.print_default_config {
-        print!("{}", Config::default_toml());
+        print!("{}", Config::default_toml()?);
         return Ok(());
     }
 
@@ -219,7 +219,7 @@ fn main() -> anyhow::Result<()> {
     cli.apply(&mut config);
     config.validate().context("invalid configuration")?;
 
-    let catalog = config.catalog();
+    let catalog = config.catalog()?;
     let range_paths: std::collections::BTreeSet<PathBuf> = catalog
         .values()
         .flat_map(|m| m.ranges.iter().cloned())

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use moka::future::Cache;
 use moka::Expiry;
-use serde::Serialize;
 use tokio::sync::Semaphore;
 
 use crate::config::{BotMethods, TtlConfig};
@@ -17,51 +16,9 @@ use crate::metrics::{Metrics, VerdictLabels};
 use crate::ranges::RangeStore;
 use crate::resolver::Resolve;
 
-/// The answer to "is this IP really this bot?".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    /// The claim was checked and holds.
-    Verified,
-    /// The claim was checked and fails.
-    Spoofed,
-    /// Could not decide now (DNS failure, no method, no data).
-    Unknown,
-}
-
-/// Which method produced the verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Method {
-    /// Forward-confirmed reverse DNS.
-    Fcrdns,
-    /// Published IP ranges.
-    IpRange,
-    /// No method applied (unlisted bot, or a bot without usable method).
-    None,
-}
-
-impl Verdict {
-    /// Wire / label spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Verified => "verified",
-            Verdict::Spoofed => "spoofed",
-            Verdict::Unknown => "unknown",
-        }
-    }
-}
-
-impl Method {
-    /// Wire / label spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Method::Fcrdns => "fcrdns",
-            Method::IpRange => "ip_range",
-            Method::None => "none",
-        }
-    }
-}
+/// The wire types of `GET /v1/verify`, shared with the filter (crate `crawlguard-contract`):
+/// the JSON [`Answer`] this service sends, its [`Verdict`] and [`Method`].
+pub use crawlguard_contract::verify::{Answer, Method, Verdict};
 
 /// A decision before TTLs are applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,24 +39,6 @@ impl Outcome {
             host: String::new(),
         }
     }
-}
-
-/// The JSON body of `GET /v1/verify` (see the verifier contract in DESIGN.md).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Answer {
-    /// The address checked, canonical form (IPv4-mapped IPv6 shown as IPv4).
-    pub ip: String,
-    /// The bot id checked.
-    pub bot: String,
-    /// The verdict.
-    pub verdict: Verdict,
-    /// The method that decided.
-    pub method: Method,
-    /// The PTR name that passed, or "".
-    pub host: String,
-    /// How long the caller may cache this answer, in seconds (remaining lifetime of the
-    /// cached verdict).
-    pub ttl_s: u64,
 }
 
 /// FCrDNS for one address against one bot's domains.

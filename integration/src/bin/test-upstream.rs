@@ -35,6 +35,13 @@
 //! Every response also carries `x-upstream-saw-class` (the request's `x-crawler-class`, when
 //! present) and `x-upstream-protocol` (`HTTP/1.1` or `HTTP/2.0`).
 //!
+//! ## The origin's mood
+//! `GET /__upstream/defaults?delay_ms=<ms>&error_every=<n>` changes how the upstream answers
+//! every later request that does not say otherwise: `delay_ms` before the response headers,
+//! and every `n`th such request answered `500` (`0` = none). Both stay until changed
+//! (`/__upstream/defaults` alone resets them). It answers the defaults now in force as JSON.
+//! Tests use it to make the origin slow or failing while their traffic stays the same.
+//!
 //! ## Request log
 //! `GET /__upstream/requests` returns, as a JSON array in arrival order, every other request
 //! received (at most the last 10,000): `{"method", "path", "version", "headers": {name:
@@ -64,6 +71,19 @@ use tokio::time::Sleep;
 
 /// Path of the request log.
 const LOG_PATH: &str = "/__upstream/requests";
+/// Path of the defaults control.
+const DEFAULTS_PATH: &str = "/__upstream/defaults";
+
+/// How the upstream answers requests that do not say otherwise (see the module docs).
+#[derive(Debug, Default)]
+struct Defaults {
+    delay_ms: u64,
+    error_every: u64,
+    /// Requests answered under these defaults so far (for `error_every`).
+    served: u64,
+}
+
+type Shared = Arc<Mutex<Defaults>>;
 /// Most requests kept in the log.
 const LOG_CAP: usize = 10_000;
 /// Body when neither `body` nor `body_bytes` is given.
@@ -227,6 +247,7 @@ impl Body for TestBody {
             return Poll::Ready(None);
         }
         if this.offset > 0 && !this.delay.is_zero() {
+            // `chunk_delay_ms`: the slow origin a test asked for, not a synchronisation.
             let sleep = this
                 .sleep
                 .get_or_insert_with(|| Box::pin(tokio::time::sleep(this.delay)));
@@ -281,8 +302,23 @@ fn plain(status: StatusCode, text: String) -> Response<TestBody> {
 
 async fn handle(
     log: Log,
+    defaults: Shared,
     req: Request<hyper::body::Incoming>,
 ) -> Result<Response<TestBody>, Infallible> {
+    if req.uri().path() == DEFAULTS_PATH {
+        let mut d = defaults.lock().unwrap();
+        *d = Defaults::default();
+        for (k, v) in parse_query(req.uri().query().unwrap_or("")) {
+            let n = v.trim().parse::<u64>().unwrap_or(0);
+            match k.as_str() {
+                "delay_ms" => d.delay_ms = n,
+                "error_every" => d.error_every = n,
+                _ => {}
+            }
+        }
+        let body = serde_json::json!({"delay_ms": d.delay_ms, "error_every": d.error_every});
+        return Ok(plain(StatusCode::OK, body.to_string()));
+    }
     if req.uri().path() == LOG_PATH {
         let entries: Vec<serde_json::Value> =
             log.lock().unwrap().iter().map(Record::to_json).collect();
@@ -322,7 +358,19 @@ async fn handle(
         });
     }
     let spec = match Spec::from_request(&req) {
-        Ok(s) => s,
+        Ok(mut s) => {
+            let mut d = defaults.lock().unwrap();
+            if s.delay_ms.is_none() && d.delay_ms > 0 {
+                s.delay_ms = Some(d.delay_ms);
+            }
+            if s.status.is_none() && d.error_every > 0 {
+                d.served += 1;
+                if d.served.is_multiple_of(d.error_every) {
+                    s.status = Some(500);
+                }
+            }
+            s
+        }
         Err(e) => {
             return Ok(plain(
                 StatusCode::BAD_REQUEST,
@@ -337,6 +385,7 @@ async fn handle(
         ));
     };
     if let Some(ms) = spec.delay_ms.filter(|&ms| ms > 0) {
+        // `delay_ms`: the slow origin a test asked for, not a synchronisation.
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 
@@ -432,19 +481,22 @@ async fn main() {
     let _ = std::io::stdout().flush();
 
     let log: Log = Arc::new(Mutex::new(VecDeque::new()));
+    let defaults: Shared = Arc::default();
     loop {
         let (stream, _peer) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("crawlguard-test-upstream: accept: {e}");
+                // Back off briefly (e.g. out of file descriptors) instead of spinning.
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
         };
         let _ = stream.set_nodelay(true);
         let log = log.clone();
+        let defaults = defaults.clone();
         tokio::spawn(async move {
-            let svc = service_fn(move |req| handle(log.clone(), req));
+            let svc = service_fn(move |req| handle(log.clone(), defaults.clone(), req));
             // Connection errors (peer resets mid-body) are expected in these tests.
             let _ = auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), svc)

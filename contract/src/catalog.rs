@@ -1,0 +1,593 @@
+//! The built-in bot catalog: one data file, `catalog/bots.json` (see `catalog/README.md`),
+//! embedded at build time and read by everyone who needs it.
+//!
+//! - the filter matches User-Agents with [`Bot::ua_contains`] in file order (first match wins)
+//!   and gives [`Bot::class`], once verified when [`Bot::verify`] is set (it reads just
+//!   those fields, [`builtin_match_rules`]);
+//! - the sidecar verifies every `verify: true` bot by its [`Bot::fcrdns_domains`] and by the
+//!   range files the operator provides (the vendor's published files, named in
+//!   [`Bot::range_files`]);
+//! - the README's catalog tables are rendered from it ([`Catalog::markdown_bot_table`],
+//!   [`Catalog::markdown_verification_table`]) and a test keeps them equal.
+//!
+//! [`Catalog::parse`] checks every rule the rest of the project relies on
+//! ([`Catalog::validate`]), so a bad edit of the file fails a test, never a request.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+
+use crate::bot_id::is_valid_bot_id;
+
+/// The catalog data file, as embedded at build time.
+pub const BOTS_JSON: &str = include_str!("../catalog/bots.json");
+
+/// Longest User-Agent token, in bytes (the filter's configuration uses the same bound).
+pub const MAX_TOKEN_LEN: usize = 256;
+
+/// The class a catalog entry claims. Only these five: `unverified_bot` and `spoofed` are
+/// assigned by verification, never by the catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BotClass {
+    /// A search-engine crawler.
+    SearchCrawler,
+    /// Fetches a page because a user asked an AI assistant right now.
+    AiRetriever,
+    /// Crawls for model training.
+    AiTrainer,
+    /// SEO, monitoring, previews and other declared bots.
+    OtherBot,
+    /// HTTP libraries and command-line tools.
+    Script,
+}
+
+impl BotClass {
+    /// The snake_case name, as in the data file and the filter's configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BotClass::SearchCrawler => "search_crawler",
+            BotClass::AiRetriever => "ai_retriever",
+            BotClass::AiTrainer => "ai_trainer",
+            BotClass::OtherBot => "other_bot",
+            BotClass::Script => "script",
+        }
+    }
+
+    /// True for the crawler classes, which are only ever given to a verified claim.
+    pub fn is_crawler(self) -> bool {
+        matches!(
+            self,
+            BotClass::SearchCrawler | BotClass::AiRetriever | BotClass::AiTrainer
+        )
+    }
+}
+
+/// A document a catalog entry comes from: the vendor's own page where one exists (always for
+/// `verify: true`), otherwise the public list the entry was taken from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Source {
+    /// The document's title (and publisher).
+    pub name: String,
+    /// Where it is.
+    pub url: String,
+}
+
+/// One bot of the catalog.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bot {
+    /// Stable id ([`is_valid_bot_id`]); sent to the verifier as `bot=`.
+    pub id: String,
+    /// Lowercase substrings of the User-Agent, any one of which selects this bot (case is
+    /// ignored when matching). Entries are matched in file order, so specific tokens come
+    /// before the generic ones they contain.
+    pub ua_contains: Vec<String>,
+    /// The class the bot gets (once verified, when `verify` is set).
+    pub class: BotClass,
+    /// Whether the vendor publishes a way to verify the bot (FCrDNS or an IP list); the
+    /// filter then asks the sidecar before granting the class.
+    pub verify: bool,
+    /// FCrDNS domains: a PTR name must equal one or end with `.` + one, and resolve back.
+    /// Empty when the vendor documents no reverse-DNS method.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fcrdns_domains: Vec<String>,
+    /// The vendor's published IP-range files, by file name (the sidecar never downloads:
+    /// operators point it at copies). Empty when the vendor gives no file name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub range_files: Vec<String>,
+    /// Key into [`Catalog::sources`].
+    pub source: String,
+    /// Why the entry looks the way it does, where that is not obvious.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub notes: String,
+}
+
+/// What a User-Agent matcher needs of one bot: the fields of [`Bot`] that decide a
+/// classification.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct MatchRule {
+    /// See [`Bot::id`].
+    pub id: String,
+    /// See [`Bot::ua_contains`].
+    pub ua_contains: Vec<String>,
+    /// See [`Bot::class`].
+    pub class: BotClass,
+    /// See [`Bot::verify`].
+    pub verify: bool,
+}
+
+/// The built-in catalog's match rules, in match order: the filter's view of the file.
+///
+/// Reads only the fields a matcher needs and skips [`Catalog::validate`]: the embedded file
+/// cannot change after the build and this crate's tests validate it, so the wasm module
+/// carries neither the rest of the schema nor the rules. Fails only if the embedded file is
+/// not the documented shape, which those tests rule out.
+pub fn builtin_match_rules() -> Result<Vec<MatchRule>, CatalogError> {
+    #[derive(Deserialize)]
+    struct Rules {
+        bots: Vec<MatchRule>,
+    }
+    serde_json::from_str::<Rules>(BOTS_JSON)
+        .map(|r| r.bots)
+        .map_err(|e| CatalogError(format!("bots.json: {e}")))
+}
+
+/// The whole data file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Catalog {
+    /// The documents entries cite, by key.
+    pub sources: BTreeMap<String, Source>,
+    /// The bots, in match order.
+    pub bots: Vec<Bot>,
+}
+
+/// Why a catalog was refused: the entry and field, and the rule it breaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogError(pub String);
+
+impl fmt::Display for CatalogError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CatalogError {}
+
+impl Catalog {
+    /// The built-in catalog ([`BOTS_JSON`]), parsed and validated. A test proves it loads.
+    pub fn builtin() -> Result<Catalog, CatalogError> {
+        Catalog::parse(BOTS_JSON)
+    }
+
+    /// Parses a catalog document and [validates](Catalog::validate) it.
+    pub fn parse(json: &str) -> Result<Catalog, CatalogError> {
+        let catalog: Catalog =
+            serde_json::from_str(json).map_err(|e| CatalogError(format!("bots.json: {e}")))?;
+        catalog.validate()?;
+        Ok(catalog)
+    }
+
+    /// Checks the rules the filter and the sidecar rely on:
+    ///
+    /// - ids are valid bot ids and unique;
+    /// - every bot has tokens; tokens are lowercase, not blank, at most [`MAX_TOKEN_LEN`]
+    ///   bytes, and no token appears twice in the catalog (a second one could never match);
+    /// - a crawler class only with `verify: true` (anyone can copy a User-Agent);
+    /// - `fcrdns_domains` and `range_files` only with `verify: true`; domains are lowercase
+    ///   host names, range files plain `.json` file names;
+    /// - every bot cites a known source, every source is cited and has an http(s) URL.
+    pub fn validate(&self) -> Result<(), CatalogError> {
+        let mut ids = HashSet::new();
+        let mut tokens = HashSet::new();
+        let mut cited = HashSet::new();
+        for (i, b) in self.bots.iter().enumerate() {
+            let err = |field: &str, why: String| {
+                Err(CatalogError(format!("bots[{i}] ({}).{field}: {why}", b.id)))
+            };
+            if !is_valid_bot_id(&b.id) {
+                return err("id", "must be 1..=64 bytes of [a-z0-9._-]".into());
+            }
+            if !ids.insert(b.id.as_str()) {
+                return err("id", "duplicate id".into());
+            }
+            if b.ua_contains.is_empty() {
+                return err("ua_contains", "must not be empty".into());
+            }
+            for t in &b.ua_contains {
+                if t.trim().is_empty() || t.len() > MAX_TOKEN_LEN {
+                    return err("ua_contains", format!("{t:?} is blank or too long"));
+                }
+                if *t != t.to_ascii_lowercase() {
+                    return err("ua_contains", format!("{t:?} is not lowercase"));
+                }
+                if !tokens.insert(t.as_str()) {
+                    return err("ua_contains", format!("{t:?} is already an earlier token"));
+                }
+            }
+            if b.class.is_crawler() && !b.verify {
+                return err("class", format!("{} needs verify: true", b.class.as_str()));
+            }
+            let has_methods = !b.fcrdns_domains.is_empty() || !b.range_files.is_empty();
+            if has_methods && !b.verify {
+                return err(
+                    "verify",
+                    "fcrdns_domains and range_files need verify: true".into(),
+                );
+            }
+            if let Some(d) = b.fcrdns_domains.iter().find(|d| !is_domain(d)) {
+                return err(
+                    "fcrdns_domains",
+                    format!("{d:?} is not a lowercase host name"),
+                );
+            }
+            if let Some(f) = b.range_files.iter().find(|f| !is_range_file_name(f)) {
+                return err(
+                    "range_files",
+                    format!("{f:?} is not a plain .json file name"),
+                );
+            }
+            if !self.sources.contains_key(&b.source) {
+                return err("source", format!("{:?} is not in sources", b.source));
+            }
+            cited.insert(b.source.as_str());
+        }
+        for (key, s) in &self.sources {
+            if !cited.contains(key.as_str()) {
+                return Err(CatalogError(format!("sources.{key}: cited by no bot")));
+            }
+            if s.name.trim().is_empty()
+                || !(s.url.starts_with("https://") || s.url.starts_with("http://"))
+            {
+                return Err(CatalogError(format!(
+                    "sources.{key}: needs a name and an http(s) url"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The document `bot` cites.
+    pub fn source_of(&self, bot: &Bot) -> Option<&Source> {
+        self.sources.get(&bot.source)
+    }
+
+    /// The README's catalog table: `| id | class | verify | User-Agent tokens |`, one row per
+    /// bot in match order, at most six tokens shown (then `...`).
+    pub fn markdown_bot_table(&self) -> String {
+        let mut out =
+            String::from("| id | class | verify | User-Agent tokens |\n|---|---|---|---|\n");
+        for b in &self.bots {
+            let mut tokens = code_list(b.ua_contains.iter().take(6));
+            if b.ua_contains.len() > 6 {
+                tokens.push_str(", ...");
+            }
+            out.push_str(&format!(
+                "| {} | {} | {} | {} |\n",
+                code(&b.id),
+                b.class.as_str(),
+                if b.verify { "yes" } else { "no" },
+                tokens
+            ));
+        }
+        out
+    }
+
+    /// The README's verification table: how each `verify: true` bot is checked,
+    /// `| id | FCrDNS domains | range files | source |`, in match order.
+    pub fn markdown_verification_table(&self) -> String {
+        let mut out =
+            String::from("| id | FCrDNS domains | range files | source |\n|---|---|---|---|\n");
+        for b in self.bots.iter().filter(|b| b.verify) {
+            let source = self.source_of(b).map_or(String::new(), |s| {
+                format!("[{}]({})", cell(&s.name), cell(&s.url))
+            });
+            out.push_str(&format!(
+                "| {} | {} | {} | {} |\n",
+                code(&b.id),
+                code_list(b.fcrdns_domains.iter()),
+                code_list(b.range_files.iter()),
+                source
+            ));
+        }
+        out
+    }
+}
+
+impl Catalog {
+    /// The README's generated blocks, `(name, block)`: each table between its two marker
+    /// lines, `<!-- BEGIN <name>: generated from contract/catalog/bots.json -->` and
+    /// `<!-- END <name> -->`.
+    pub fn readme_blocks(&self) -> [(&'static str, String); 2] {
+        let block = |name: &str, table: String| {
+            format!("{}\n{table}{}", begin_marker(name), end_marker(name))
+        };
+        [
+            ("bot table", block("bot table", self.markdown_bot_table())),
+            (
+                "verification table",
+                block("verification table", self.markdown_verification_table()),
+            ),
+        ]
+    }
+}
+
+/// The line that opens a generated README block.
+pub fn begin_marker(name: &str) -> String {
+    format!("<!-- BEGIN {name}: generated from contract/catalog/bots.json -->")
+}
+
+/// The line that closes a generated README block.
+pub fn end_marker(name: &str) -> String {
+    format!("<!-- END {name} -->")
+}
+
+/// `text` as a Markdown code span inside a table cell.
+fn code(text: &str) -> String {
+    let text = cell(text);
+    if text.contains('`') {
+        format!("`` {text} ``")
+    } else {
+        format!("`{text}`")
+    }
+}
+
+/// Code spans joined by `, `.
+fn code_list<'a>(items: impl Iterator<Item = &'a String>) -> String {
+    items.map(|s| code(s)).collect::<Vec<_>>().join(", ")
+}
+
+/// `text` safe inside a Markdown table cell.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|")
+}
+
+/// A lowercase DNS host name of at least two labels: labels of 1..=63 bytes of `[a-z0-9-]`,
+/// not starting or ending with `-`, 253 bytes at most.
+fn is_domain(d: &str) -> bool {
+    d.len() <= 253
+        && d.split('.').count() >= 2
+        && d.split('.').all(|l| {
+            (1..=63).contains(&l.len())
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+}
+
+/// A plain file name ending in `.json`: 6..=64 bytes of `[a-z0-9._-]`.
+fn is_range_file_name(f: &str) -> bool {
+    f.len() <= 64
+        && f.len() > ".json".len()
+        && f.ends_with(".json")
+        && f.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builtin() -> Catalog {
+        match Catalog::builtin() {
+            Ok(c) => c,
+            Err(e) => panic!("the embedded catalog does not load: {e}"),
+        }
+    }
+
+    fn bot<'a>(c: &'a Catalog, id: &str) -> &'a Bot {
+        match c.bots.iter().find(|b| b.id == id) {
+            Some(b) => b,
+            None => panic!("no bot {id}"),
+        }
+    }
+
+    #[test]
+    fn the_embedded_file_parses_and_validates() {
+        let c = builtin();
+        assert_eq!(c.bots.len(), 161);
+        assert_eq!(c.bots.iter().filter(|b| b.verify).count(), 56);
+        assert_eq!(
+            c.bots.iter().map(|b| b.ua_contains.len()).sum::<usize>(),
+            334
+        );
+    }
+
+    #[test]
+    fn specific_entries_come_first_and_the_generic_rules_last() {
+        let c = builtin();
+        let ids: Vec<&str> = c.bots.iter().map(|b| b.id.as_str()).collect();
+        assert_eq!(ids.first(), Some(&"googlebot-image"));
+        assert_eq!(ids[ids.len() - 2..], ["script", "declared-bot"]);
+        let pos = |id: &str| ids.iter().position(|i| *i == id);
+        for (specific, generic) in [
+            ("googlebot-image", "googlebot"),
+            ("adsbot-google", "googlebot"),
+            ("mediapartners-google", "googlebot"),
+            ("googlebot", "google-other-agent"),
+            ("oai-searchbot", "gptbot"),
+            ("perplexity-user", "perplexitybot"),
+            ("bingpreview", "bingbot"),
+            ("yandexadditional", "yandexbot"),
+            ("yandexbot", "yandex"),
+        ] {
+            assert!(pos(specific) < pos(generic), "{specific} before {generic}");
+        }
+        assert_eq!(bot(&c, "script").class, BotClass::Script);
+        assert_eq!(bot(&c, "declared-bot").class, BotClass::OtherBot);
+    }
+
+    #[test]
+    fn key_bots_have_their_documented_methods() {
+        let c = builtin();
+        let g = bot(&c, "googlebot");
+        assert_eq!(
+            (g.class, g.verify, g.ua_contains.clone()),
+            (BotClass::SearchCrawler, true, vec!["googlebot".to_string()])
+        );
+        assert_eq!(
+            g.fcrdns_domains,
+            ["googlebot.com", "google.com", "googleusercontent.com"]
+        );
+        assert_eq!(g.range_files, ["googlebot.json"]);
+        assert_eq!(
+            bot(&c, "adsbot-google").range_files,
+            ["special-crawlers.json"]
+        );
+        assert_eq!(bot(&c, "bingbot").fcrdns_domains, ["search.msn.com"]);
+        assert_eq!(bot(&c, "gptbot").range_files, ["gptbot.json"]);
+        assert!(bot(&c, "gptbot").fcrdns_domains.is_empty());
+        assert_eq!(
+            bot(&c, "amazonbot").fcrdns_domains,
+            ["crawl.amazonbot.amazon"]
+        );
+        assert_eq!(
+            c.source_of(g).map(|s| s.url.as_str()),
+            Some("https://developers.google.com/search/docs/crawling-indexing/verifying-googlebot")
+        );
+        let m = bot(&c, "mojeekbot");
+        assert_eq!((m.class, m.verify), (BotClass::OtherBot, false));
+    }
+
+    #[test]
+    fn match_rules_are_the_catalog_without_the_rest() {
+        let rules = builtin_match_rules().expect("the embedded catalog loads");
+        let from_catalog: Vec<MatchRule> = builtin()
+            .bots
+            .into_iter()
+            .map(|b| MatchRule {
+                id: b.id,
+                ua_contains: b.ua_contains,
+                class: b.class,
+                verify: b.verify,
+            })
+            .collect();
+        assert_eq!(rules, from_catalog);
+    }
+
+    #[test]
+    fn crawler_classes_only_with_verify() {
+        for b in &builtin().bots {
+            assert!(!b.class.is_crawler() || b.verify, "{}", b.id);
+        }
+    }
+
+    fn one_bot(fields: &str) -> String {
+        format!(
+            r#"{{"sources":{{"s":{{"name":"S","url":"https://s.example"}}}},
+                "bots":[{{"id":"x","ua_contains":["x"],"class":"other_bot","verify":false,"source":"s"{fields}}}]}}"#
+        )
+    }
+
+    fn refused(json: &str) -> String {
+        match Catalog::parse(json) {
+            Ok(_) => panic!("accepted: {json}"),
+            Err(e) => e.0,
+        }
+    }
+
+    #[test]
+    fn every_rule_is_enforced_with_the_field_named() {
+        assert!(Catalog::parse(&one_bot("")).is_ok());
+        let bad = |from: &str, to: &str| refused(&one_bot("").replacen(from, to, 1));
+        assert_eq!(
+            bad(r#""id":"x""#, r#""id":"X""#),
+            "bots[0] (X).id: must be 1..=64 bytes of [a-z0-9._-]"
+        );
+        assert_eq!(
+            bad(r#"["x"]"#, "[]"),
+            "bots[0] (x).ua_contains: must not be empty"
+        );
+        assert_eq!(
+            bad(r#"["x"]"#, r#"["X"]"#),
+            "bots[0] (x).ua_contains: \"X\" is not lowercase"
+        );
+        assert_eq!(
+            bad(r#"["x"]"#, r#"[" "]"#),
+            "bots[0] (x).ua_contains: \" \" is blank or too long"
+        );
+        assert_eq!(
+            bad(r#"["x"]"#, r#"["x","x"]"#),
+            "bots[0] (x).ua_contains: \"x\" is already an earlier token"
+        );
+        assert_eq!(
+            bad("other_bot", "ai_trainer"),
+            "bots[0] (x).class: ai_trainer needs verify: true"
+        );
+        assert!(bad("other_bot", "spoofed").starts_with("bots.json: unknown variant `spoofed`"));
+        assert_eq!(
+            refused(&one_bot(r#","fcrdns_domains":["x.example"]"#)),
+            "bots[0] (x).verify: fcrdns_domains and range_files need verify: true"
+        );
+        let verified = |f: &str| one_bot(f).replace("false", "true");
+        assert!(Catalog::parse(&verified(
+            r#","fcrdns_domains":["x.example"],"range_files":["x.json"]"#
+        ))
+        .is_ok());
+        assert_eq!(
+            refused(&verified(r#","fcrdns_domains":["X.example"]"#)),
+            "bots[0] (x).fcrdns_domains: \"X.example\" is not a lowercase host name"
+        );
+        assert_eq!(
+            refused(&verified(r#","range_files":["../x.json"]"#)),
+            "bots[0] (x).range_files: \"../x.json\" is not a plain .json file name"
+        );
+        assert_eq!(
+            bad(r#""source":"s""#, r#""source":"t""#),
+            "bots[0] (x).source: \"t\" is not in sources"
+        );
+        assert_eq!(
+            bad(r#""url":"https://s.example""#, r#""url":"s.example""#),
+            "sources.s: needs a name and an http(s) url"
+        );
+        assert!(refused(&one_bot(r#","domains":[]"#)).contains("unknown field `domains`"));
+    }
+
+    #[test]
+    fn a_second_bot_with_the_same_id_is_refused() {
+        let json = one_bot("").replace(
+            r#""source":"s"}]"#,
+            r#""source":"s"},{"id":"x","ua_contains":["y"],"class":"other_bot","verify":false,"source":"s"}]"#,
+        );
+        assert_eq!(refused(&json), "bots[1] (x).id: duplicate id");
+    }
+
+    #[test]
+    fn tables_render_rows_in_match_order() {
+        let c = builtin();
+        let table = c.markdown_bot_table();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 2 + 161);
+        assert_eq!(
+            lines[2],
+            "| `googlebot-image` | search_crawler | yes | `googlebot-image` |"
+        );
+        assert!(lines.contains(&"| `sogou` | other_bot | no | `sogou web spider`, `sogou news spider`, `sogou pic spider`, `sogou video spider`, `sogou inst spider`, `sogou orion spider`, ... |"));
+        let table = c.markdown_verification_table();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 2 + 56);
+        assert!(lines.contains(&"| `gptbot` |  | `gptbot.json` | [Overview of OpenAI Crawlers](https://platform.openai.com/docs/bots) |"));
+    }
+
+    #[test]
+    fn domain_and_file_name_rules() {
+        for d in ["googlebot.com", "crawl.amazonbot.amazon", "a-1.b.example"] {
+            assert!(is_domain(d), "{d}");
+        }
+        for d in [
+            "com", "", "-a.com", "a-.com", "a..com", "a.com.", "A.com", "*.a.com",
+        ] {
+            assert!(!is_domain(d), "{d}");
+        }
+        for f in ["gptbot.json", "user-triggered-fetchers-google.json"] {
+            assert!(is_range_file_name(f), "{f}");
+        }
+        for f in [".json", "a.txt", "a/b.json", "A.json", "../a.json"] {
+            assert!(!is_range_file_name(f), "{f}");
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The fleet-sync contract (filter <-> sidecar): how each Envoy worker hands the bucket
+//! consumption it saw since its last sync to its sidecar, and learns the fleet-wide state of
+//! those buckets.
+//!
+//! `POST /v1/fleet/sync` with a JSON [`SyncRequest`] -> `200` with a JSON [`SyncResponse`].
+//! Anything else (another status, a malformed body, a timeout) is a sync error: the filter
+//! keeps deciding with its local buckets and sends the same consumption again later.
+//!
+//! The sidecar applies a whole batch atomically to the fleet's store (Redis: one Lua script
+//! per batch, Redis server time as the clock). Each bucket is a GCRA theoretical arrival
+//! time, like the filter's own: `used` tokens move it forward by `used x 1e9 / rate_per_s`
+//! ns from `max(tat, now)`, with no upper bound (a fleet bucket may go into debt, which
+//! delays later admissions everywhere); a key expires when its bucket is full again. The
+//! answer says how many whole tokens each bucket has now (`available`, 0 in debt) and how
+//! many replicas are alive (sent a sync within the last three sync intervals), so each
+//! Envoy can take its share.
+
+use serde::{Deserialize, Serialize};
+
+/// The path of the sync endpoint.
+pub const PATH: &str = "/v1/fleet/sync";
+
+/// Most keys in one batch (the filter's `fleet.max_keys_per_sync` is bounded by it).
+pub const MAX_KEYS: usize = 10_000;
+
+/// One bucket's consumption since the last sync.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyUse {
+    /// The bucket key: the filter's 64-bit key fingerprint in lowercase hex (at most 16
+    /// hex digits). Opaque to the sidecar; the same key on every replica of a fleet that
+    /// shares `store.hash_seed`.
+    pub key: String,
+    /// The limit's refill rate, tokens per second (> 0, finite).
+    pub rate_per_s: f64,
+    /// The limit's capacity, tokens (>= 1).
+    pub burst: u32,
+    /// Tokens consumed since the last sync (0 is allowed: "tell me the state").
+    pub used: u32,
+}
+
+/// A batch of consumption from one Envoy worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncRequest {
+    /// Identifies the Envoy (replica) the worker belongs to: random per Envoy process, the
+    /// same for all its workers, 1..=64 chars of `[A-Za-z0-9._-]`.
+    pub replica: String,
+    /// The sync interval the filter uses, ms (replicas count as alive for three of them).
+    pub interval_ms: u32,
+    /// The buckets, at most [`MAX_KEYS`].
+    pub keys: Vec<KeyUse>,
+}
+
+/// One bucket's fleet-wide state after the batch was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyState {
+    /// Whole tokens available now, fleet-wide (0 when empty or in debt).
+    pub available: u32,
+    /// Nanoseconds until the bucket is full again (0: full).
+    pub full_in_ns: u64,
+}
+
+/// The sidecar's answer to a [`SyncRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncResponse {
+    /// One state per key of the request, in the same order.
+    pub keys: Vec<KeyState>,
+    /// Replicas alive now (at least 1: the one asking).
+    pub replicas: u32,
+}
+
+/// True if `s` is a valid replica id.
+pub fn is_valid_replica(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Checks a request against the contract: a valid replica id, at most [`MAX_KEYS`] keys,
+/// each with a 1..=16 hex digit key, a positive finite rate and a burst >= 1. The error
+/// names the first offending field.
+pub fn validate(req: &SyncRequest) -> Result<(), String> {
+    if !is_valid_replica(&req.replica) {
+        return Err("replica: must be 1..=64 chars of [A-Za-z0-9._-]".into());
+    }
+    if req.keys.len() > MAX_KEYS {
+        return Err(format!("keys: at most {MAX_KEYS}"));
+    }
+    for (i, k) in req.keys.iter().enumerate() {
+        if k.key.is_empty() || k.key.len() > 16 || !k.key.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!("keys[{i}].key: must be 1..=16 hex digits"));
+        }
+        if !(k.rate_per_s.is_finite() && k.rate_per_s > 0.0) {
+            return Err(format!("keys[{i}].rate_per_s: must be > 0"));
+        }
+        if k.burst == 0 {
+            return Err(format!("keys[{i}].burst: must be >= 1"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req() -> SyncRequest {
+        SyncRequest {
+            replica: "envoy-a.1".into(),
+            interval_ms: 1000,
+            keys: vec![KeyUse {
+                key: "00ff17".into(),
+                rate_per_s: 0.5,
+                burst: 10,
+                used: 3,
+            }],
+        }
+    }
+
+    #[test]
+    fn the_wire_format_is_plain_json() {
+        let r = req();
+        let json = serde_json::to_string(&r).expect("serialises");
+        assert_eq!(
+            json,
+            r#"{"replica":"envoy-a.1","interval_ms":1000,"keys":[{"key":"00ff17","rate_per_s":0.5,"burst":10,"used":3}]}"#
+        );
+        assert_eq!(serde_json::from_str::<SyncRequest>(&json).ok(), Some(r));
+        let a = SyncResponse {
+            keys: vec![KeyState {
+                available: 7,
+                full_in_ns: 6_000_000_000,
+            }],
+            replicas: 3,
+        };
+        let json = serde_json::to_string(&a).expect("serialises");
+        assert_eq!(
+            json,
+            r#"{"keys":[{"available":7,"full_in_ns":6000000000}],"replicas":3}"#
+        );
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        assert_eq!(validate(&req()), Ok(()));
+        let mut r = req();
+        r.replica = "a b".into();
+        assert_eq!(
+            validate(&r),
+            Err("replica: must be 1..=64 chars of [A-Za-z0-9._-]".into())
+        );
+        let mut r = req();
+        r.keys[0].key = "xyz".into();
+        assert_eq!(
+            validate(&r),
+            Err("keys[0].key: must be 1..=16 hex digits".into())
+        );
+        let mut r = req();
+        r.keys[0].rate_per_s = f64::NAN;
+        assert_eq!(validate(&r), Err("keys[0].rate_per_s: must be > 0".into()));
+        let mut r = req();
+        r.keys[0].burst = 0;
+        assert_eq!(validate(&r), Err("keys[0].burst: must be >= 1".into()));
+        assert!(serde_json::from_str::<SyncRequest>(
+            r#"{"replica":"a","interval_ms":1,"keys":[],"x":1}"#
+        )
+        .is_err());
+    }
+}

@@ -1,0 +1,19 @@
+//! crawlguard-contract: what the filter, the verifier sidecar and the tests all use, kept in
+//! one place so they cannot drift apart.
+//!
+//! - [`verify`]: the verifier contract, `GET /v1/verify?ip=<ip>&bot=<bot id>` and its 200 JSON
+//!   [`verify::Answer`] (DESIGN.md "Verifier contract").
+//! - [`fleet`]: the fleet-sync contract, `POST /v1/fleet/sync` (bucket consumption in,
+//!   fleet-wide bucket state out).
+//! - [`bot_id`]: what a bot id may look like.
+//! - [`catalog`]: the built-in bot catalog, a data file (`catalog/bots.json`) embedded at build
+//!   time: User-Agent tokens and class for the filter, FCrDNS domains and range-file names for
+//!   the sidecar, the vendor's documentation for people.
+//!
+//! The crate is compiled into the wasm filter, so it depends on serde and serde_json only and
+//! never panics on its inputs.
+
+pub mod bot_id;
+pub mod catalog;
+pub mod fleet;
+pub mod verify;

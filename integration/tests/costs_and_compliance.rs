@@ -1,0 +1,290 @@
+//! Cost-based limits (reserve, then settle from the origin's cost header), Retry-After
+//! compliance and escalation, and a single limit in shadow mode, through a real Envoy and
+//! the scriptable test upstream (which sends whatever cost header the request asks for).
+//!
+//! Limits refill at 0.001 token/s so nothing refills while a test runs and counts are exact.
+//! Two tests wait on the wall clock on purpose (a client that waits its Retry-After, and
+//! escalation decaying): those waits are the behaviour under test, not synchronisation.
+
+use std::time::{Duration, Instant};
+
+use crawlguard_integration::{
+    client, get, ip, statuses, Envoy, EnvoyOpts, TestUpstream, UA_CHROME, UA_CURL, UA_GOOGLEBOT,
+};
+use serde_json::{json, Value};
+
+/// 100 items per client address, 20 reserved per request, settled from `x-crawlguard-cost`.
+fn items_limit() -> Value {
+    json!({"name": "items", "class": "*", "route": "*", "rate_per_s": 0.001, "burst": 100,
+           "key": "client_ip",
+           "cost": {"reserve": 20, "from_response_header": "x-crawlguard-cost"}})
+}
+
+async fn envoy_with(cfg: Value, up: &TestUpstream) -> Envoy {
+    Envoy::start_in_front_of(up, cfg).await
+}
+
+/// A page whose origin reports `cost` items (`None`: no cost header).
+fn page(envoy: &Envoy, cost: Option<u32>) -> String {
+    match cost {
+        Some(c) => envoy.url(&format!("/list?header=x-crawlguard-cost:{c}")),
+        None => envoy.url("/list"),
+    }
+}
+
+#[tokio::test]
+async fn pages_of_20_and_of_100_items_are_admitted_by_their_cost() {
+    let up = TestUpstream::start().await;
+    let envoy = envoy_with(json!({"limits": [items_limit()]}), &up).await;
+    // Pages of 20: five fit in 100 (each reserves and settles at 20).
+    let small = client(ip(2));
+    let mut got = Vec::new();
+    for _ in 0..7 {
+        got.push(get(&small, &page(&envoy, Some(20)), UA_CHROME, &[]).await);
+    }
+    assert_eq!(statuses(&got), [200, 200, 200, 200, 200, 429, 429]);
+    // The origin's cost header never reaches the client.
+    for r in &got {
+        assert_eq!(r.header("x-crawlguard-cost"), None);
+    }
+    // Pages of 100: one request reserves 20 and settles at 100; the next does not fit.
+    let big = client(ip(3));
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(get(&big, &page(&envoy, Some(100)), UA_CHROME, &[]).await);
+    }
+    assert_eq!(statuses(&got), [200, 429, 429]);
+    assert_eq!(envoy.counter("crawlguard.class.human.allowed").await, 6);
+    assert_eq!(envoy.counter("crawlguard.class.human.limited").await, 4);
+}
+
+#[tokio::test]
+async fn a_concurrent_burst_cannot_overspend_its_reservations() {
+    let up = TestUpstream::start().await;
+    let envoy = envoy_with(json!({"limits": [items_limit()]}), &up).await;
+    // Ten at once, each held 300 ms at the origin: reservations admit exactly five.
+    let url = envoy.url("/list?delay_ms=300&header=x-crawlguard-cost:1");
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let (c, url) = (client(ip(4)), url.clone());
+        tasks.push(tokio::spawn(
+            async move { get(&c, &url, UA_CHROME, &[]).await },
+        ));
+    }
+    let mut got = Vec::new();
+    for t in tasks {
+        got.push(t.await.expect("request task").status);
+    }
+    got.sort_unstable();
+    assert_eq!(got, [[200; 5].as_slice(), &[429; 5]].concat());
+    // Each settled at 1 item: 95 left, so four more reservations of 20 fit.
+    let c = client(ip(4));
+    let mut after = Vec::new();
+    for _ in 0..5 {
+        after.push(
+            get(&c, &page(&envoy, Some(20)), UA_CHROME, &[])
+                .await
+                .status,
+        );
+    }
+    assert_eq!(after, [200, 200, 200, 200, 429]);
+}
+
+#[tokio::test]
+async fn a_missing_cost_or_a_client_gone_settles_at_the_reservation() {
+    let up = TestUpstream::start().await;
+    let envoy = envoy_with(json!({"limits": [items_limit()]}), &up).await;
+    // No cost header: each request keeps its 20.
+    let c = client(ip(5));
+    let mut got = Vec::new();
+    for _ in 0..6 {
+        got.push(get(&c, &page(&envoy, None), UA_CHROME, &[]).await.status);
+    }
+    assert_eq!(got, [200, 200, 200, 200, 200, 429]);
+
+    // Two clients of one address hang up while the origin holds their requests (cost
+    // header 0 never arrives): the reservations stand. 100 - 2 x 20 = 3 more pages.
+    let slow = envoy.url("/list?delay_ms=2000&header=x-crawlguard-cost:0");
+    for _ in 0..2 {
+        let c = reqwest::Client::builder()
+            .local_address(std::net::IpAddr::V4(ip(6)))
+            .timeout(Duration::from_millis(200))
+            .build()
+            .expect("client");
+        let r = c.get(&slow).header("user-agent", UA_CHROME).send().await;
+        assert!(r.is_err(), "the origin answered before the client gave up");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while up
+        .requests()
+        .await
+        .iter()
+        .filter(|r| r["path"] == json!("/list?delay_ms=2000&header=x-crawlguard-cost:0"))
+        .count()
+        < 2
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the abandoned requests never reached the origin"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let c = client(ip(6));
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(
+            get(&c, &page(&envoy, Some(20)), UA_CHROME, &[])
+                .await
+                .status,
+        );
+    }
+    assert_eq!(got, [200, 200, 200, 429]);
+}
+
+/// Scripts: 1 token, Retry-After exactly 1 s (no jitter); escalation after 2 ignored
+/// Retry-Afters, doubling up to 8 s, forgotten after 3 s without an ignored request.
+fn compliance_config() -> Value {
+    json!({
+        "classes": {"script": {
+            "retry_after": {"min_s": 1, "max_s": 1, "jitter_s": 0},
+            "escalation": {"enabled": true, "after_ignored": 2, "factor": 2, "max_s": 8, "decay_s": 3}
+        }},
+        "limits": [
+            {"name": "scripts", "class": "script", "route": "*", "rate_per_s": 0.001,
+             "burst": 1, "key": "client_ip"},
+            {"name": "crawlers", "class": "search_crawler", "route": "*", "rate_per_s": 0.001,
+             "burst": 1, "key": "client_ip"}
+        ]
+    })
+}
+
+#[tokio::test]
+async fn a_client_that_waits_its_retry_after_is_honoured_and_one_that_hammers_is_not() {
+    let up = TestUpstream::start().await;
+    let envoy = envoy_with(compliance_config(), &up).await;
+    let url = envoy.url("/");
+    // The patient one: limited, waits exactly the Retry-After it got, comes back.
+    let patient = client(ip(10));
+    assert_eq!(get(&patient, &url, UA_CURL, &[]).await.status, 200);
+    let r = get(&patient, &url, UA_CURL, &[]).await;
+    assert_eq!((r.status, r.retry_after_s()), (429, Some(1)));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(get(&patient, &url, UA_CURL, &[]).await.status, 429);
+    assert_eq!(
+        envoy
+            .counter("crawlguard.class.script.retry_after_honoured")
+            .await,
+        1
+    );
+    assert_eq!(
+        envoy
+            .counter("crawlguard.class.script.retry_after_ignored")
+            .await,
+        0
+    );
+    // The impatient one retries at once, twice.
+    let hammer = client(ip(11));
+    assert_eq!(get(&hammer, &url, UA_CURL, &[]).await.status, 200);
+    for _ in 0..3 {
+        assert_eq!(get(&hammer, &url, UA_CURL, &[]).await.status, 429);
+    }
+    assert_eq!(
+        envoy
+            .counter("crawlguard.class.script.retry_after_ignored")
+            .await,
+        2
+    );
+    assert_eq!(
+        envoy
+            .counter("crawlguard.class.script.retry_after_honoured")
+            .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn retrying_at_once_escalates_up_to_max_and_decays_after_waiting() {
+    let up = TestUpstream::start().await;
+    let envoy = envoy_with(compliance_config(), &up).await;
+    let url = envoy.url("/");
+    let c = client(ip(12));
+    assert_eq!(get(&c, &url, UA_CURL, &[]).await.status, 200);
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        let r = get(&c, &url, UA_CURL, &[]).await;
+        assert_eq!(r.status, 429);
+        seen.push(r.retry_after_s().unwrap_or(0));
+    }
+    assert_eq!(seen, [1, 1, 2, 4, 8, 8]);
+    assert_eq!(envoy.counter("crawlguard.class.script.escalated").await, 4);
+    // decay_s (3 s) without coming back: it starts over at the class's 1 s.
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    let r = get(&c, &url, UA_CURL, &[]).await;
+    assert_eq!((r.status, r.retry_after_s()), (429, Some(1)));
+    assert_eq!(envoy.counter("crawlguard.class.script.escalated").await, 4);
+}
+
+#[tokio::test]
+async fn a_verified_crawler_never_escalates() {
+    let up = TestUpstream::start().await;
+    let envoy = Envoy::start(
+        EnvoyOpts::with_config(compliance_config())
+            .in_front_of(&up)
+            .fake_verifier(vec![("127.0.0.7", "googlebot", "verified")]),
+    )
+    .await;
+    let url = envoy.url("/");
+    let c = client(ip(7));
+    assert_eq!(
+        get(&c, &url, UA_GOOGLEBOT, &[]).await.upstream_class(),
+        Some("search_crawler")
+    );
+    let mut ras = Vec::new();
+    for _ in 0..8 {
+        let r = get(&c, &url, UA_GOOGLEBOT, &[]).await;
+        assert_eq!(r.status, 429);
+        ras.push(r.retry_after_s().unwrap_or(0));
+    }
+    // search_crawler's own range (1..60 +0..5): the wait for a token is 1000 s, clamped.
+    assert!(ras.iter().all(|ra| (60..=65).contains(ra)), "{ras:?}");
+    assert_eq!(
+        envoy
+            .counter("crawlguard.class.search_crawler.escalated")
+            .await,
+        0
+    );
+    assert_eq!(
+        envoy
+            .counter("crawlguard.class.search_crawler.retry_after_ignored")
+            .await,
+        7
+    );
+}
+
+#[tokio::test]
+async fn a_limit_in_shadow_mode_counts_while_the_others_enforce() {
+    let up = TestUpstream::start().await;
+    let envoy = envoy_with(
+        json!({"limits": [
+            {"name": "trial", "class": "*", "route": "*", "rate_per_s": 0.001, "burst": 2,
+             "key": "client_ip", "mode": "shadow"},
+            {"name": "real", "class": "*", "route": "*", "rate_per_s": 0.001, "burst": 4,
+             "key": "client_ip"}
+        ]}),
+        &up,
+    )
+    .await;
+    let c = client(ip(20));
+    let mut got = Vec::new();
+    for _ in 0..6 {
+        got.push(get(&c, &envoy.url("/"), UA_CHROME, &[]).await.status);
+    }
+    assert_eq!(got, [200, 200, 200, 200, 429, 429]);
+    assert_eq!(envoy.counter("crawlguard.class.human.allowed").await, 2);
+    assert_eq!(
+        envoy.counter("crawlguard.class.human.shadow_limited").await,
+        2
+    );
+    assert_eq!(envoy.counter("crawlguard.class.human.limited").await, 2);
+    assert_eq!(up.requests().await.len(), 4);
+}

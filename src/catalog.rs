@@ -1,0 +1,120 @@
+//! The bot catalog, filter side: [`BotEntry`], the shape the matcher compiles and the `bots`
+//! configuration uses, and [`builtin_catalog`], the built-in entries read from the one
+//! catalog data file, `contract/catalog/bots.json` (crate `crawlguard-contract`), which the
+//! verifier sidecar and the README tables are derived from too.
+
+use crate::class::Class;
+use serde::{Deserialize, Serialize};
+
+/// One catalog entry: a bot id, the UA tokens that identify it, its class and whether its
+/// operator publishes a way to verify it (FCrDNS or IP ranges).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BotEntry {
+    /// Stable lowercase id, e.g. `googlebot`; sent to the verifier as `bot=`.
+    pub id: String,
+    /// Case-insensitive substrings of the User-Agent; any one matching selects this entry.
+    pub ua_contains: Vec<String>,
+    /// Class given when the claim is accepted.
+    pub class: Class,
+    /// Whether the claim must be verified before the class is granted.
+    #[serde(default)]
+    pub verify: bool,
+}
+
+// `BUILTIN`, generated from the data file by build.rs.
+include!(concat!(env!("OUT_DIR"), "/builtin_catalog.rs"));
+
+/// The built-in catalog, in match order (specific tokens first; the generic `script` and
+/// `declared-bot` rules last).
+///
+/// `verify: true` exactly for bots whose operator documents forward-confirmed reverse DNS or
+/// a published IP list, and a crawler class only with `verify: true`; the data file names the
+/// vendor's document per bot. The file is validated by the contract crate's rules when the
+/// filter is built (build.rs), so this cannot fail at run time.
+pub fn builtin_catalog() -> Vec<BotEntry> {
+    BUILTIN
+        .iter()
+        .map(|(id, tokens, class, verify)| BotEntry {
+            id: (*id).to_string(),
+            ua_contains: tokens.iter().map(|t| (*t).to_string()).collect(),
+            class: *class,
+            verify: *verify,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builtin() -> Vec<BotEntry> {
+        builtin_catalog()
+    }
+
+    #[test]
+    fn the_embedded_catalog_loads_in_file_order() {
+        let cat = builtin();
+        assert_eq!(cat.len(), 161);
+        let ids: Vec<&str> = cat.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(
+            ids[..3],
+            ["googlebot-image", "googlebot-video", "googlebot-news"]
+        );
+        assert_eq!(ids[ids.len() - 2..], ["script", "declared-bot"]);
+        let g = cat.iter().find(|e| e.id == "googlebot");
+        assert_eq!(
+            g,
+            Some(&BotEntry {
+                id: "googlebot".into(),
+                ua_contains: vec!["googlebot".into()],
+                class: Class::SearchCrawler,
+                verify: true,
+            })
+        );
+        let m = cat.iter().find(|e| e.id == "mediapartners-google");
+        assert_eq!(
+            m.map(|e| e.ua_contains.clone()),
+            Some(vec![
+                "mediapartners-google".into(),
+                "mediapartners (googlebot)".into()
+            ])
+        );
+    }
+
+    #[test]
+    fn builtin_catalog_ids_are_unique_lowercase_and_tokens_nonblank() {
+        let cat = builtin();
+        let mut ids: Vec<&str> = cat.iter().map(|e| e.id.as_str()).collect();
+        for id in &ids {
+            assert_eq!(*id, id.to_ascii_lowercase());
+        }
+        ids.sort_unstable();
+        let before = ids.len();
+        ids.dedup();
+        assert_eq!(ids.len(), before, "duplicate ids");
+        assert!(cat
+            .iter()
+            .all(|e| e.ua_contains.iter().all(|t| !t.trim().is_empty())));
+    }
+
+    #[test]
+    fn crawler_classes_are_only_claimed_by_entries_that_verify() {
+        for e in builtin() {
+            assert!(!e.class.is_crawler() || e.verify, "{}", e.id);
+            assert!(
+                !matches!(e.class, Class::UnverifiedBot | Class::Spoofed),
+                "{}",
+                e.id
+            );
+        }
+    }
+
+    #[test]
+    fn robots_only_tokens_are_not_catalog_entries() {
+        let cat = builtin();
+        assert!(!cat
+            .iter()
+            .any(|e| e.id == "applebot-extended" || e.id == "google-extended"));
+    }
+}

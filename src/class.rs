@@ -1,0 +1,125 @@
+//! The traffic class of a request: what limits, Retry-After ranges, stats and the class
+//! header sent upstream are keyed by.
+
+use crawlguard_contract::catalog::BotClass;
+use serde::{Deserialize, Serialize};
+
+/// The traffic class of a request; limits, Retry-After ranges and stats are keyed by it.
+///
+/// Serialized in snake_case (`"search_crawler"`, ...), the spelling used in configuration,
+/// stats names and the class header sent upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    /// A search-engine crawler whose claim was verified: Googlebot, bingbot, ...
+    SearchCrawler,
+    /// Fetches a page because a user asked an AI assistant right now: ChatGPT-User, ...
+    AiRetriever,
+    /// Crawls for model training: GPTBot, ClaudeBot, CCBot, ...
+    AiTrainer,
+    /// SEO, monitoring and other declared bots.
+    OtherBot,
+    /// HTTP libraries and command-line tools, and requests with an empty or missing UA.
+    Script,
+    /// Everything else (browsers).
+    Human,
+    /// A crawler UA whose claim needs verification that has not (yet) succeeded.
+    UnverifiedBot,
+    /// A crawler UA whose claim was checked and failed (set by the verifier path).
+    Spoofed,
+}
+
+impl Class {
+    /// Every class, in a fixed order (used to pre-define stats).
+    pub const ALL: [Class; 8] = [
+        Class::SearchCrawler,
+        Class::AiRetriever,
+        Class::AiTrainer,
+        Class::OtherBot,
+        Class::Script,
+        Class::Human,
+        Class::UnverifiedBot,
+        Class::Spoofed,
+    ];
+
+    /// The snake_case name, as used in config, stats and the class header.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::SearchCrawler => "search_crawler",
+            Class::AiRetriever => "ai_retriever",
+            Class::AiTrainer => "ai_trainer",
+            Class::OtherBot => "other_bot",
+            Class::Script => "script",
+            Class::Human => "human",
+            Class::UnverifiedBot => "unverified_bot",
+            Class::Spoofed => "spoofed",
+        }
+    }
+
+    /// Position in [`Class::ALL`] (its declaration order), for per-class tables.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// True for the crawler classes (`search_crawler`, `ai_retriever`, `ai_trainer`): the
+    /// ones a request only gets once its claim is verified, and whose degraded pages the
+    /// soft-404 guard turns into 503s.
+    pub const fn is_crawler(self) -> bool {
+        matches!(
+            self,
+            Class::SearchCrawler | Class::AiRetriever | Class::AiTrainer
+        )
+    }
+
+    /// Parses a snake_case class name; `None` if unknown.
+    pub fn parse(name: &str) -> Option<Class> {
+        Class::ALL.iter().copied().find(|c| c.as_str() == name)
+    }
+}
+
+impl From<BotClass> for Class {
+    /// The class a catalog entry claims, as a request class.
+    fn from(c: BotClass) -> Class {
+        match c {
+            BotClass::SearchCrawler => Class::SearchCrawler,
+            BotClass::AiRetriever => Class::AiRetriever,
+            BotClass::AiTrainer => Class::AiTrainer,
+            BotClass::OtherBot => Class::OtherBot,
+            BotClass::Script => Class::Script,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_index_is_the_position_in_all() {
+        for (i, c) in Class::ALL.iter().enumerate() {
+            assert_eq!(c.index(), i);
+        }
+    }
+
+    #[test]
+    fn class_names_round_trip() {
+        for c in Class::ALL {
+            assert_eq!(Class::parse(c.as_str()), Some(c));
+        }
+        assert_eq!(Class::parse("suspicious"), None);
+    }
+
+    #[test]
+    fn catalog_classes_keep_their_names() {
+        for c in [
+            BotClass::SearchCrawler,
+            BotClass::AiRetriever,
+            BotClass::AiTrainer,
+            BotClass::OtherBot,
+            BotClass::Script,
+        ] {
+            assert_eq!(Class::from(c).as_str(), c.as_str());
+            assert_eq!(Class::from(c).is_crawler(), c.is_crawler());
+        }
+    }
+}

@@ -1,0 +1,621 @@
+//! Validation: turns the raw document into a [`Config`], one `compile_<section>` per
+//! section; the first problem found is the error, naming the field path.
+
+use super::defaults::{default_exempt_paths, default_limits, default_policy, DEFAULT_CLASS_HEADER};
+use super::raw::{RawClassPolicy, RawConfig, RawLimit, RawShedding};
+use super::{
+    defaults, err, BotsMode, ClassPolicy, ClientIpConfig, Config, ConfigError, Cost, KeyKind,
+    Limit, Mode, RetryAfter, RewriteConfig, Route, ShedThresholds, Shedding, StoreConfig,
+    VerifierConfig, DEFAULT_ROUTE, MAX_REFILL_S,
+};
+use crate::bucket::{Rate, NS_PER_S};
+use crate::catalog::{builtin_catalog, BotEntry};
+use crate::class::Class;
+use crate::classify::Classifier;
+use crawlguard_contract::bot_id::is_valid_bot_id;
+use std::collections::{BTreeMap, HashSet};
+
+/// 1..=64 chars of `[a-z0-9_-]`, plus `.` when `dot` (bot ids, limit names).
+fn is_name(s: &str, dot: bool) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes().all(|b| {
+            b.is_ascii_lowercase()
+                || b.is_ascii_digit()
+                || b == b'_'
+                || b == b'-'
+                || (dot && b == b'.')
+        })
+}
+
+/// RFC 9110 section 5.1 field-name token, lowercased.
+fn header_name(path: &str, s: &str) -> Result<String, ConfigError> {
+    const TCHAR: &[u8] = b"!#$%&'*+-.^_`|~";
+    let lower = s.to_ascii_lowercase();
+    if lower.is_empty()
+        || lower.len() > 128
+        || !lower
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || TCHAR.contains(&b))
+    {
+        return Err(err(path, format!("{s:?} is not a valid header name")));
+    }
+    const RESERVED: &[&str] = &[
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "te",
+        "upgrade",
+        "user-agent",
+        "x-forwarded-for",
+    ];
+    if RESERVED.contains(&lower.as_str()) {
+        return Err(err(path, format!("{s:?} is reserved")));
+    }
+    Ok(lower)
+}
+
+/// Validates every section of `raw` and builds the [`Config`].
+pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
+    let client_ip = compile_client_ip(raw.client_ip)?;
+    let classifier = compile_bots(raw.bots, raw.bots_mode)?;
+    let classes = compile_classes(&raw.classes)?;
+    compile_routes(&raw.routes)?;
+    let limits = compile_limits(
+        raw.limits.unwrap_or_else(default_limits),
+        &raw.routes,
+        raw.mode,
+    )?;
+    let warnings = retry_after_warnings(&limits, &classes);
+    let mut cost_headers: Vec<String> = limits
+        .iter()
+        .filter_map(|l| l.cost.as_ref().map(|c| c.from_response_header.clone()))
+        .collect();
+    cost_headers.sort();
+    cost_headers.dedup();
+    let exempt_paths = compile_exempt_paths(raw.exempt_paths.unwrap_or_else(default_exempt_paths))?;
+    let class_header = header_name(
+        "class_header",
+        raw.class_header.as_deref().unwrap_or(DEFAULT_CLASS_HEADER),
+    )?;
+    compile_store(&raw.store)?;
+    compile_verifier(&raw.verifier)?;
+    compile_rewrite(&raw.rewrite)?;
+    let shedding = compile_shedding(&raw.shedding, &raw.routes, raw.mode)?;
+    let degraded = match &raw.degraded {
+        None => None,
+        Some(h) => Some(header_name("degraded", h)?),
+    };
+    Ok(Config {
+        mode: raw.mode,
+        client_ip,
+        classifier,
+        classes,
+        routes: raw.routes,
+        limits,
+        cost_headers,
+        exempt_paths,
+        class_header,
+        ratelimit_headers: raw.ratelimit_headers,
+        store: raw.store,
+        verifier: raw.verifier,
+        rewrite: raw.rewrite,
+        shedding,
+        degraded,
+        warnings,
+    })
+}
+
+/// `client_ip`: prefix lengths and trusted hops in range.
+fn compile_client_ip(ci: ClientIpConfig) -> Result<ClientIpConfig, ConfigError> {
+    if ci.ipv4_prefix_len > 32 {
+        return Err(err("client_ip.ipv4_prefix_len", "must be 0..=32"));
+    }
+    if ci.ipv6_prefix_len > 128 {
+        return Err(err("client_ip.ipv6_prefix_len", "must be 0..=128"));
+    }
+    if !(1..=16).contains(&ci.xff_trusted_hops) {
+        return Err(err("client_ip.xff_trusted_hops", "must be 1..=16"));
+    }
+
+    Ok(ci)
+}
+
+/// `bots` and `bots_mode`: valid entries (crawler classes need `verify: true`), merged
+/// with the built-in catalog, compiled into the matcher.
+fn compile_bots(bots: Vec<BotEntry>, mode: BotsMode) -> Result<Classifier, ConfigError> {
+    let mut seen = HashSet::new();
+    for (i, b) in bots.iter().enumerate() {
+        let p = format!("bots[{i}]");
+        if !is_valid_bot_id(&b.id) {
+            return Err(err(
+                format!("{p}.id"),
+                "must be 1..=64 chars of [a-z0-9._-]",
+            ));
+        }
+        if !seen.insert(b.id.as_str()) {
+            return Err(err(format!("{p}.id"), format!("duplicate id {:?}", b.id)));
+        }
+        if b.ua_contains.is_empty() {
+            return Err(err(format!("{p}.ua_contains"), "must not be empty"));
+        }
+        for (j, t) in b.ua_contains.iter().enumerate() {
+            if t.trim().is_empty() || t.len() > 256 {
+                return Err(err(
+                    format!("{p}.ua_contains[{j}]"),
+                    "must be 1..=256 bytes, not blank",
+                ));
+            }
+        }
+        if matches!(b.class, Class::UnverifiedBot | Class::Spoofed) {
+            return Err(err(
+                format!("{p}.class"),
+                "unverified_bot and spoofed are assigned by verification, not by the catalog",
+            ));
+        }
+        if b.class.is_crawler() && !b.verify {
+            return Err(err(
+                format!("{p}.class"),
+                format!(
+                    "{} is only given to verified claims: set verify: true (and teach the \
+                     verifier how to check it) or use other_bot",
+                    b.class.as_str()
+                ),
+            ));
+        }
+    }
+    let entries = match mode {
+        BotsMode::Replace => bots,
+        BotsMode::Extend => {
+            let ids: HashSet<String> = bots.iter().map(|b| b.id.clone()).collect();
+            let mut v = bots;
+            v.extend(
+                builtin_catalog()
+                    .into_iter()
+                    .filter(|b| !ids.contains(&b.id)),
+            );
+            v
+        }
+    };
+
+    Ok(Classifier::new(entries))
+}
+
+/// `classes`: per-class overrides merged onto the defaults, each value in range.
+fn compile_classes(
+    raw: &BTreeMap<String, RawClassPolicy>,
+) -> Result<[ClassPolicy; Class::ALL.len()], ConfigError> {
+    let mut classes = Class::ALL.map(default_policy);
+    for (name, rc) in raw {
+        let p = format!("classes.{name}");
+        let Some(class) = Class::parse(name) else {
+            return Err(err(p, "unknown class"));
+        };
+        let Some(pol) = classes.get_mut(class.index()) else {
+            return Err(err(p, "unknown class"));
+        };
+        if let Some(ra) = &rc.retry_after {
+            pol.retry_after.min_s = ra.min_s.unwrap_or(pol.retry_after.min_s);
+            pol.retry_after.max_s = ra.max_s.unwrap_or(pol.retry_after.max_s);
+            pol.retry_after.jitter_s = ra.jitter_s.unwrap_or(pol.retry_after.jitter_s);
+        }
+        if let Some(s) = rc.reject_status {
+            pol.reject_status = s;
+        }
+        if let Some(e) = &rc.escalation {
+            let x = &mut pol.escalation;
+            x.enabled = e.enabled.unwrap_or(x.enabled);
+            x.after_ignored = e.after_ignored.unwrap_or(x.after_ignored);
+            x.factor = e.factor.unwrap_or(x.factor);
+            x.max_s = e.max_s.unwrap_or(x.max_s);
+            x.decay_s = e.decay_s.unwrap_or(x.decay_s);
+        }
+        let ra = pol.retry_after;
+        if ra.min_s < 1 {
+            return Err(err(format!("{p}.retry_after.min_s"), "must be >= 1"));
+        }
+        if ra.max_s < ra.min_s || ra.max_s > 86_400 {
+            return Err(err(
+                format!("{p}.retry_after.max_s"),
+                format!("must be in min_s..=86400 (min_s is {})", ra.min_s),
+            ));
+        }
+        if ra.jitter_s > 3_600 {
+            return Err(err(format!("{p}.retry_after.jitter_s"), "must be <= 3600"));
+        }
+        if !matches!(pol.reject_status, 429 | 503) {
+            return Err(err(format!("{p}.reject_status"), "must be 429 or 503"));
+        }
+        let e = pol.escalation;
+        if !(1..=1_000).contains(&e.after_ignored) {
+            return Err(err(
+                format!("{p}.escalation.after_ignored"),
+                "must be 1..=1000",
+            ));
+        }
+        if !(e.factor.is_finite() && e.factor > 1.0 && e.factor <= 100.0) {
+            return Err(err(
+                format!("{p}.escalation.factor"),
+                "must be > 1 and <= 100",
+            ));
+        }
+        if e.max_s < ra.min_s || e.max_s > 86_400 {
+            return Err(err(
+                format!("{p}.escalation.max_s"),
+                format!(
+                    "must be in retry_after.min_s..=86400 (min_s is {})",
+                    ra.min_s
+                ),
+            ));
+        }
+        if !(1..=86_400).contains(&e.decay_s) {
+            return Err(err(format!("{p}.escalation.decay_s"), "must be 1..=86400"));
+        }
+    }
+
+    Ok(classes)
+}
+
+/// `routes`: unique names (not `default`), prefixes starting with `/`.
+fn compile_routes(routes: &[Route]) -> Result<(), ConfigError> {
+    let mut route_names = HashSet::new();
+    for (i, r) in routes.iter().enumerate() {
+        let p = format!("routes[{i}]");
+        if !is_name(&r.name, false) || r.name == DEFAULT_ROUTE {
+            return Err(err(
+                format!("{p}.name"),
+                "must be 1..=64 chars of [a-z0-9_-] and not \"default\"",
+            ));
+        }
+        if !route_names.insert(r.name.as_str()) {
+            return Err(err(
+                format!("{p}.name"),
+                format!("duplicate route {:?}", r.name),
+            ));
+        }
+        if !r.path_prefix.starts_with('/') {
+            return Err(err(format!("{p}.path_prefix"), "must start with '/'"));
+        }
+    }
+
+    Ok(())
+}
+
+/// `limits`: unique names, known class and route, a rate and burst that fit (refill within
+/// [`MAX_REFILL_S`]), a valid key.
+fn compile_limits(
+    raw_limits: Vec<RawLimit>,
+    routes: &[Route],
+    mode: Mode,
+) -> Result<Vec<Limit>, ConfigError> {
+    let mut limits = Vec::with_capacity(raw_limits.len());
+    let mut limit_names = HashSet::new();
+    for (i, l) in raw_limits.iter().enumerate() {
+        let p = format!("limits[{i}]");
+        if !is_name(&l.name, true) {
+            return Err(err(
+                format!("{p}.name"),
+                "must be 1..=64 chars of [a-z0-9._-]",
+            ));
+        }
+        if !limit_names.insert(l.name.as_str()) {
+            return Err(err(
+                format!("{p}.name"),
+                format!("duplicate limit {:?}", l.name),
+            ));
+        }
+        let class = if l.class == "*" {
+            None
+        } else {
+            Some(Class::parse(&l.class).ok_or_else(|| {
+                err(
+                    format!("{p}.class"),
+                    format!(
+                        "unknown class {:?} (expected a class name or \"*\")",
+                        l.class
+                    ),
+                )
+            })?)
+        };
+        let route = if l.route == "*" {
+            None
+        } else if l.route == DEFAULT_ROUTE {
+            Some(routes.len())
+        } else {
+            Some(
+                routes
+                    .iter()
+                    .position(|r| r.name == l.route)
+                    .ok_or_else(|| {
+                        err(
+                            format!("{p}.route"),
+                            format!("unknown route {:?} (define it in routes)", l.route),
+                        )
+                    })?,
+            )
+        };
+        if !(l.rate_per_s.is_finite() && l.rate_per_s > 0.0) {
+            return Err(err(format!("{p}.rate_per_s"), "must be > 0"));
+        }
+        if l.rate_per_s > 1_000_000.0 {
+            return Err(err(format!("{p}.rate_per_s"), "must be <= 1000000"));
+        }
+        if !(1..=1_000_000).contains(&l.burst) {
+            return Err(err(format!("{p}.burst"), "must be 1..=1000000"));
+        }
+        let refill_s = f64::from(l.burst) / l.rate_per_s;
+        if refill_s > MAX_REFILL_S {
+            return Err(err(
+                format!("{p}.rate_per_s"),
+                format!(
+                    "burst / rate_per_s must be <= {MAX_REFILL_S} s (one year), is {} s",
+                    refill_s.ceil()
+                ),
+            ));
+        }
+        let key = match l.key.as_str() {
+            "client_ip" => KeyKind::ClientIp,
+            "global" => KeyKind::Global,
+            k => match k.strip_prefix("header:") {
+                Some(h) => KeyKind::Header(header_name(&format!("{p}.key"), h)?),
+                None => {
+                    return Err(err(
+                        format!("{p}.key"),
+                        format!("{k:?}: expected \"client_ip\", \"global\" or \"header:<name>\""),
+                    ))
+                }
+            },
+        };
+        let cost = match &l.cost {
+            None => None,
+            Some(c) => {
+                if !(1..=l.burst).contains(&c.reserve) {
+                    return Err(err(
+                        format!("{p}.cost.reserve"),
+                        format!("must be 1..=burst ({})", l.burst),
+                    ));
+                }
+                Some(Cost {
+                    reserve: c.reserve,
+                    from_response_header: header_name(
+                        &format!("{p}.cost.from_response_header"),
+                        &c.from_response_header,
+                    )?,
+                })
+            }
+        };
+        limits.push(Limit {
+            name: l.name.clone(),
+            class,
+            route,
+            rate_per_s: l.rate_per_s,
+            burst: l.burst,
+            rate: Rate::new(l.rate_per_s, l.burst),
+            key,
+            mode: l.mode.unwrap_or(mode),
+            cost,
+        });
+    }
+
+    Ok(limits)
+}
+
+/// `exempt_paths`: each starts with `/` and has no query.
+fn compile_exempt_paths(exempt_paths: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    for (i, e) in exempt_paths.iter().enumerate() {
+        if !e.starts_with('/') || e.contains('?') {
+            return Err(err(
+                format!("exempt_paths[{i}]"),
+                "must start with '/' and have no query",
+            ));
+        }
+    }
+
+    Ok(exempt_paths)
+}
+
+/// `store`: slot count, CAS retries and fallback capacity in range.
+fn compile_store(st: &StoreConfig) -> Result<(), ConfigError> {
+    if !(1..=1_048_576).contains(&st.slots) {
+        return Err(err("store.slots", "must be 1..=1048576"));
+    }
+    if st.cas_retries > 32 {
+        return Err(err("store.cas_retries", "must be 0..=32"));
+    }
+    if !(1..=1_000_000).contains(&st.fallback_buckets) {
+        return Err(err("store.fallback_buckets", "must be 1..=1000000"));
+    }
+
+    Ok(())
+}
+
+/// `verifier`: printable cluster and authority, timeouts and TTLs in range.
+fn compile_verifier(v: &VerifierConfig) -> Result<(), ConfigError> {
+    let printable =
+        |s: &str| !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic());
+    if !printable(&v.cluster) {
+        return Err(err(
+            "verifier.cluster",
+            "must be 1..=128 printable ASCII chars",
+        ));
+    }
+    if !printable(&v.authority) {
+        return Err(err(
+            "verifier.authority",
+            "must be 1..=128 printable ASCII chars",
+        ));
+    }
+    if !(10..=10_000).contains(&v.timeout_ms) {
+        return Err(err("verifier.timeout_ms", "must be 10..=10000"));
+    }
+    if !(1..=1_048_576).contains(&v.cache_slots) {
+        return Err(err("verifier.cache_slots", "must be 1..=1048576"));
+    }
+    if !(1..=604_800).contains(&v.max_ttl_s) {
+        return Err(err("verifier.max_ttl_s", "must be 1..=604800"));
+    }
+    if !(1..=3_600).contains(&v.unknown_ttl_s) {
+        return Err(err("verifier.unknown_ttl_s", "must be 1..=3600"));
+    }
+    if !(1..=3_600).contains(&v.error_ttl_s) {
+        return Err(err("verifier.error_ttl_s", "must be 1..=3600"));
+    }
+    if v.stale_if_error_s > 604_800 {
+        return Err(err("verifier.stale_if_error_s", "must be 0..=604800"));
+    }
+    if v.max_spoofed_per_prefix > 1_000 {
+        return Err(err("verifier.max_spoofed_per_prefix", "must be 0..=1000"));
+    }
+
+    Ok(())
+}
+
+/// `rewrite`: statuses in 400..=599.
+fn compile_rewrite(rewrite: &RewriteConfig) -> Result<(), ConfigError> {
+    for (i, s) in rewrite.statuses.iter().enumerate() {
+        if !(400..=599).contains(s) {
+            return Err(err(format!("rewrite.statuses[{i}]"), "must be 400..=599"));
+        }
+    }
+    Ok(())
+}
+
+/// An error ratio (0..=1) as per thousand, naming `path` when out of range.
+fn permille(path: &str, ratio: f64) -> Result<u32, ConfigError> {
+    if !(ratio.is_finite() && (0.0..=1.0).contains(&ratio)) {
+        return Err(err(path, "must be 0..=1"));
+    }
+    // In range, so the cast cannot saturate.
+    Ok((ratio * 1000.0).round() as u32)
+}
+
+/// `shedding`: thresholds (and route overrides naming known routes), window, step and
+/// order in range; the order names each class once.
+fn compile_shedding(
+    raw: &RawShedding,
+    routes: &[Route],
+    mode: Mode,
+) -> Result<Shedding, ConfigError> {
+    use defaults::shedding as d;
+    let latency_ms = raw.latency_ms.unwrap_or(d::LATENCY_MS);
+    if !(1..=600_000).contains(&latency_ms) {
+        return Err(err("shedding.latency_ms", "must be 1..=600000"));
+    }
+    let error_permille = permille(
+        "shedding.error_ratio",
+        raw.error_ratio.unwrap_or(d::ERROR_RATIO),
+    )?;
+    let base = ShedThresholds {
+        latency_ms,
+        error_permille,
+    };
+    let mut thresholds = vec![base; routes.len() + 1];
+    for (name, o) in &raw.routes {
+        let p = format!("shedding.routes.{name}");
+        let idx = if name == DEFAULT_ROUTE {
+            routes.len()
+        } else {
+            routes
+                .iter()
+                .position(|r| r.name == *name)
+                .ok_or_else(|| err(&p, format!("unknown route {name:?} (define it in routes)")))?
+        };
+        let mut t = base;
+        if let Some(ms) = o.latency_ms {
+            if !(1..=600_000).contains(&ms) {
+                return Err(err(format!("{p}.latency_ms"), "must be 1..=600000"));
+            }
+            t.latency_ms = ms;
+        }
+        if let Some(r) = o.error_ratio {
+            t.error_permille = permille(&format!("{p}.error_ratio"), r)?;
+        }
+        if let Some(slot) = thresholds.get_mut(idx) {
+            *slot = t;
+        }
+    }
+    let window_s = raw.window_s.unwrap_or(d::WINDOW_S);
+    if !(1..=crate::origin_health::MAX_WINDOW_S as u32).contains(&window_s) {
+        return Err(err("shedding.window_s", "must be 1..=60"));
+    }
+    let step_s = raw.step_s.unwrap_or(d::STEP_S);
+    if !(1..=3_600).contains(&step_s) {
+        return Err(err("shedding.step_s", "must be 1..=3600"));
+    }
+    let min_requests = raw.min_requests.unwrap_or(d::MIN_REQUESTS);
+    if !(1..=1_000_000).contains(&min_requests) {
+        return Err(err("shedding.min_requests", "must be 1..=1000000"));
+    }
+    let order = raw.order.clone().unwrap_or_else(|| d::ORDER.to_vec());
+    let mut seen = HashSet::new();
+    for (i, c) in order.iter().enumerate() {
+        if !seen.insert(*c) {
+            return Err(err(
+                format!("shedding.order[{i}]"),
+                format!("{} is listed twice", c.as_str()),
+            ));
+        }
+    }
+    let mut retry_after = d::RETRY_AFTER;
+    if let Some(ra) = &raw.retry_after {
+        retry_after = RetryAfter {
+            min_s: ra.min_s.unwrap_or(retry_after.min_s),
+            max_s: ra.max_s.unwrap_or(retry_after.max_s),
+            jitter_s: ra.jitter_s.unwrap_or(retry_after.jitter_s),
+        };
+    }
+    if retry_after.min_s < 1 {
+        return Err(err("shedding.retry_after.min_s", "must be >= 1"));
+    }
+    if retry_after.max_s < retry_after.min_s || retry_after.max_s > 86_400 {
+        return Err(err(
+            "shedding.retry_after.max_s",
+            format!("must be in min_s..=86400 (min_s is {})", retry_after.min_s),
+        ));
+    }
+    if retry_after.jitter_s > 3_600 {
+        return Err(err("shedding.retry_after.jitter_s", "must be <= 3600"));
+    }
+    Ok(Shedding {
+        enabled: raw.enabled.unwrap_or(d::ENABLED),
+        mode: raw.mode.unwrap_or(mode),
+        thresholds,
+        window_s,
+        min_requests,
+        step_s,
+        order,
+        retry_after,
+    })
+}
+
+/// One warning per (limit, class it applies to) whose refill interval, `1 / rate_per_s`, is
+/// longer than the class's `retry_after.max_s`: a client that waits the clamped Retry-After
+/// comes back before a token has, and is rejected again. The clamp is the operator's choice
+/// and stays; the warning says what it costs. A limit of class `*` is checked against every
+/// class.
+fn retry_after_warnings(
+    limits: &[Limit],
+    classes: &[ClassPolicy; Class::ALL.len()],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, l) in limits.iter().enumerate() {
+        for (class, policy) in Class::ALL.iter().zip(classes) {
+            if l.class.is_some_and(|c| c != *class) {
+                continue;
+            }
+            let max_s = policy.retry_after.max_s;
+            if u128::from(l.rate.emission_ns) > u128::from(max_s) * u128::from(NS_PER_S) {
+                out.push(format!(
+                    "limits[{i}].rate_per_s: limit {:?} refills one token every {} s \
+                     (1 / rate_per_s), longer than classes.{class}.retry_after.max_s ({max_s} s): \
+                     a client of class {class} that waits Retry-After can be rejected again",
+                    l.name,
+                    l.rate.emission_ns as f64 / NS_PER_S as f64,
+                    class = class.as_str(),
+                ));
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,196 @@
+//! Every default of the configuration, in one place. `envoy/crawlguard.default.json` spells
+//! out the same values (a test keeps them equal), and the README's reference table is
+//! checked against that file.
+
+use super::raw::RawLimit;
+use super::{
+    ClassPolicy, ClientIpConfig, Escalation, IpSource, OnError, RetryAfter, RewriteConfig,
+    StoreConfig, VerifierConfig,
+};
+use crate::class::Class;
+
+/// Never used (see [`Config::policy`]); the human defaults.
+pub(super) const FALLBACK_POLICY: ClassPolicy = ClassPolicy {
+    retry_after: RetryAfter {
+        min_s: 1,
+        max_s: 60,
+        jitter_s: 2,
+    },
+    reject_status: 429,
+    escalation: escalation(false),
+};
+
+/// The escalation defaults: after 3 ignored Retry-Afters, double per step up to an hour;
+/// forgotten after 10 minutes of good behaviour.
+const fn escalation(enabled: bool) -> Escalation {
+    Escalation {
+        enabled,
+        after_ignored: 3,
+        factor: 2.0,
+        max_s: 3_600,
+        decay_s: 600,
+    }
+}
+
+pub(super) fn default_policy(class: Class) -> ClassPolicy {
+    let (min_s, max_s, jitter_s) = match class {
+        Class::SearchCrawler => (1, 60, 5),
+        Class::AiRetriever => (1, 30, 3),
+        Class::Human => (1, 60, 2),
+        Class::Script => (1, 300, 10),
+        Class::AiTrainer | Class::OtherBot | Class::UnverifiedBot => (5, 600, 30),
+        Class::Spoofed => (60, 3600, 120),
+    };
+    ClassPolicy {
+        retry_after: RetryAfter {
+            min_s,
+            max_s,
+            jitter_s,
+        },
+        reject_status: 429,
+        // On for claims that failed or cannot be checked, and for scripts; never by default
+        // for humans and crawlers.
+        escalation: escalation(matches!(
+            class,
+            Class::Spoofed | Class::UnverifiedBot | Class::Script
+        )),
+    }
+}
+
+pub(super) fn default_limits() -> Vec<RawLimit> {
+    let l = |name: &str, class: &str, rate_per_s: f64, burst: u32, key: &str| RawLimit {
+        name: name.into(),
+        class: class.into(),
+        route: "*".into(),
+        rate_per_s,
+        burst,
+        key: key.into(),
+        mode: None,
+        cost: None,
+    };
+    vec![
+        l("human_per_ip", "human", 20.0, 100, "client_ip"),
+        l("script_per_ip", "script", 1.0, 10, "client_ip"),
+        l(
+            "search_crawler_per_ip",
+            "search_crawler",
+            10.0,
+            50,
+            "client_ip",
+        ),
+        l("ai_retriever_per_ip", "ai_retriever", 5.0, 20, "client_ip"),
+        l("ai_trainer_per_ip", "ai_trainer", 1.0, 5, "client_ip"),
+        l("other_bot_per_ip", "other_bot", 1.0, 10, "client_ip"),
+        l(
+            "unverified_bot_per_ip",
+            "unverified_bot",
+            0.5,
+            5,
+            "client_ip",
+        ),
+        l(
+            "unverified_bot_global",
+            "unverified_bot",
+            20.0,
+            100,
+            "global",
+        ),
+        l("spoofed_per_ip", "spoofed", 0.1, 2, "client_ip"),
+    ]
+}
+
+pub(super) fn default_exempt_paths() -> Vec<String> {
+    ["/robots.txt", "/sitemap.xml", "/sitemap_index.xml"]
+        .into_iter()
+        .map(String::from)
+        .collect()
+}
+
+/// Default request header carrying the class upstream.
+pub const DEFAULT_CLASS_HEADER: &str = "x-crawler-class";
+
+impl Default for ClientIpConfig {
+    fn default() -> Self {
+        ClientIpConfig {
+            source: IpSource::RemoteAddress,
+            xff_trusted_hops: 1,
+            ipv4_prefix_len: 32,
+            ipv6_prefix_len: 64,
+        }
+    }
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            slots: 16_384,
+            cas_retries: 8,
+            hash_seed: 0x6372_6177_6c67_7561,
+            fallback_buckets: 10_000,
+        }
+    }
+}
+
+impl Default for VerifierConfig {
+    fn default() -> Self {
+        VerifierConfig {
+            enabled: true,
+            cluster: "crawlguard_verifier".into(),
+            authority: "crawlguard-verifier".into(),
+            timeout_ms: 500,
+            on_error: OnError::UnverifiedBot,
+            cache_slots: 8_192,
+            max_ttl_s: 86_400,
+            unknown_ttl_s: 30,
+            error_ttl_s: 10,
+            stale_if_error_s: 86_400,
+            max_spoofed_per_prefix: 4,
+        }
+    }
+}
+
+impl Default for RewriteConfig {
+    fn default() -> Self {
+        RewriteConfig {
+            enabled: true,
+            statuses: vec![429, 503],
+        }
+    }
+}
+
+/// Shedding defaults: off; judged over 10 s with at least 20 responses; unhealthy above a
+/// p95 of 2 s or 20% 5xx; one class per 10 s; shed requests retry in 15-30 s.
+pub(super) mod shedding {
+    use crate::class::Class;
+    use crate::config::RetryAfter;
+
+    /// `shedding.enabled`.
+    pub const ENABLED: bool = false;
+    /// `shedding.latency_ms`.
+    pub const LATENCY_MS: u32 = 2_000;
+    /// `shedding.error_ratio`.
+    pub const ERROR_RATIO: f64 = 0.2;
+    /// `shedding.window_s`.
+    pub const WINDOW_S: u32 = 10;
+    /// `shedding.min_requests`.
+    pub const MIN_REQUESTS: u32 = 20;
+    /// `shedding.step_s`.
+    pub const STEP_S: u32 = 10;
+    /// `shedding.retry_after`.
+    pub const RETRY_AFTER: RetryAfter = RetryAfter {
+        min_s: 15,
+        max_s: 60,
+        jitter_s: 15,
+    };
+    /// `shedding.order`: failed and unverifiable claims first, then AI training, scripts,
+    /// other bots, AI retrievers and humans; verified search crawlers never by default.
+    pub const ORDER: [Class; 7] = [
+        Class::Spoofed,
+        Class::UnverifiedBot,
+        Class::AiTrainer,
+        Class::Script,
+        Class::OtherBot,
+        Class::AiRetriever,
+        Class::Human,
+    ];
+}

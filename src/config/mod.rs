@@ -1,0 +1,434 @@
+//! The filter configuration: one JSON document (Envoy `configuration` / Istio
+//! `pluginConfig`), parsed and validated entirely at load time.
+//!
+//! An empty document means the embedded default, `envoy/crawlguard.default.json`. Every field
+//! of a non-empty document is optional and takes the same default. Unknown fields are errors.
+//! Every error names the field path and the reason, e.g. `limits[2].rate_per_s: must be > 0`.
+//!
+//! Files: this one holds the compiled types and [`parse`]; `raw.rs` the serde shapes of the
+//! document; `defaults.rs` every default value (the one source: `envoy/crawlguard.default.json`
+//! and the README reference are checked against it by tests); `compile.rs` the validation,
+//! one `compile_<section>` per section.
+
+mod compile;
+mod defaults;
+mod raw;
+
+use crate::bucket::Rate;
+use crate::class::Class;
+use crate::classify::Classifier;
+use serde::Deserialize;
+use std::fmt;
+
+pub use defaults::DEFAULT_CLASS_HEADER;
+
+/// The embedded default configuration (also shipped as `envoy/crawlguard.default.json`).
+pub const DEFAULT_CONFIG_JSON: &str = include_str!("../../envoy/crawlguard.default.json");
+
+/// Name of the implicit route that matches every path no configured route matches.
+pub const DEFAULT_ROUTE: &str = "default";
+
+/// Longest time an empty bucket may take to refill, `burst / rate_per_s`, in seconds: one
+/// year (365 days). Bucket times are u64 nanoseconds since the Unix epoch, which end in the
+/// year 2554, and a bucket's state reaches at most `now + burst / rate_per_s`; one year keeps
+/// every valid limit more than five centuries clear of that end (a longer window means
+/// nothing to a rate limiter, and its RateLimit-Policy `w` would be absurd). Without a bound a
+/// tiny rate (`1e-10`/s) pushed the times past u64, where the math used to saturate into
+/// "allow" (the bucket now refuses what it cannot store; validation keeps configs away).
+pub const MAX_REFILL_S: f64 = 31_536_000.0;
+
+/// A configuration error: the field path (`limits[2].rate_per_s`, or `<root>`) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted path of the offending field, with `[i]` for list items.
+    pub path: String,
+    /// Human-readable reason.
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.reason)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A [`ConfigError`] for field `path`.
+fn err(path: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        path: path.into(),
+        reason: reason.into(),
+    }
+}
+
+/// `enforce` rejects over-limit requests; `shadow` only counts and annotates them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Reject requests over a limit.
+    #[default]
+    Enforce,
+    /// Count what would be rejected (`shadow_limited`), never reject.
+    Shadow,
+}
+
+/// Where the client address comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IpSource {
+    /// Envoy's downstream remote address (property `source.address`).
+    #[default]
+    RemoteAddress,
+    /// The `x-forwarded-for` entry `xff_trusted_hops` from the right.
+    Xff,
+}
+
+/// `client_ip` section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClientIpConfig {
+    /// `remote_address` (default) or `xff`.
+    pub source: IpSource,
+    /// With `xff`: take the address this many entries from the right (1 = rightmost, the one
+    /// the nearest trusted proxy appended). Fewer entries: the remote address is used.
+    pub xff_trusted_hops: u32,
+    /// IPv4 addresses sharing this many leading bits share one key (0..=32, default 32).
+    pub ipv4_prefix_len: u8,
+    /// IPv6 addresses sharing this many leading bits share one key (0..=128, default 64).
+    pub ipv6_prefix_len: u8,
+}
+
+/// `bots_mode`: whether `bots` extends or replaces the built-in catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BotsMode {
+    /// Configured entries are matched before the built-in ones; a configured id replaces the
+    /// built-in entry with the same id.
+    #[default]
+    Extend,
+    /// Only the configured entries are used.
+    Replace,
+}
+
+/// Retry-After policy of a class, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryAfter {
+    /// Lower clamp (>= 1).
+    pub min_s: u32,
+    /// Upper clamp (>= min_s, <= 86400).
+    pub max_s: u32,
+    /// Uniform random 0..=jitter_s added after clamping (<= 3600).
+    pub jitter_s: u32,
+}
+
+/// Escalation for clients that ignore their Retry-After (`classes.<class>.escalation`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Escalation {
+    /// Escalate at all.
+    pub enabled: bool,
+    /// Ignored Retry-Afters before the first step (1..=1000).
+    pub after_ignored: u16,
+    /// Each step multiplies the Retry-After by this (1 < factor <= 100).
+    pub factor: f64,
+    /// Longest escalated Retry-After, s (class `retry_after.min_s`..=86400).
+    pub max_s: u32,
+    /// After this long without an ignored request the key starts over, s (1..=86400).
+    pub decay_s: u32,
+}
+
+/// Per-class rejection policy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClassPolicy {
+    /// Retry-After computation.
+    pub retry_after: RetryAfter,
+    /// 429 (rate limited) or 503 (shed).
+    pub reject_status: u16,
+    /// Escalation for clients that ignore Retry-After.
+    pub escalation: Escalation,
+}
+
+/// What a limit's bucket is keyed by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyKind {
+    /// The client address, grouped by the configured prefix lengths.
+    ClientIp,
+    /// One bucket for every matching request.
+    Global,
+    /// The value of a request header (lowercase name); a missing header is its own key.
+    Header(String),
+}
+
+impl KeyKind {
+    /// Short name for logs: `client_ip`, `global` or `header`.
+    pub fn kind_str(&self) -> &'static str {
+        match self {
+            KeyKind::ClientIp => "client_ip",
+            KeyKind::Global => "global",
+            KeyKind::Header(_) => "header",
+        }
+    }
+}
+
+/// A compiled limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limit {
+    /// Unique name (stats, logs, `RateLimit-Policy`).
+    pub name: String,
+    /// Class it applies to; `None` = every class.
+    pub class: Option<Class>,
+    /// Route index it applies to (see [`Config::routes`]); `None` = every route.
+    pub route: Option<usize>,
+    /// Refill rate, tokens per second.
+    pub rate_per_s: f64,
+    /// Capacity, tokens.
+    pub burst: u32,
+    /// Integer form of rate and burst.
+    pub rate: Rate,
+    /// Bucket key.
+    pub key: KeyKind,
+    /// `enforce` or `shadow` for this limit alone (`limits[].mode`, else the global `mode`).
+    pub mode: Mode,
+    /// Cost-based: reserve tokens at request time, settle from a response header.
+    pub cost: Option<Cost>,
+}
+
+/// A cost-based limit (`limits[].cost`): a request reserves `reserve` tokens, and its
+/// response settles them to the cost the origin reports in `from_response_header` (a
+/// missing or invalid value settles at `reserve`; the header never reaches the client).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cost {
+    /// Tokens reserved per request (1..=burst).
+    pub reserve: u32,
+    /// Lowercase response header carrying the actual cost (a whole number).
+    pub from_response_header: String,
+}
+
+/// A route: the first whose `path_prefix` starts the request path wins.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// Name (`[a-z0-9_-]+`, not `default`), used in stats and limits.
+    pub name: String,
+    /// Path prefix, starting with `/`.
+    pub path_prefix: String,
+}
+
+/// `store` section: the shared-data slot table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// Number of shared-data slots for buckets (1..=1048576). Memory is about
+    /// `slots x 100` bytes per Envoy, whatever the number of clients.
+    pub slots: u32,
+    /// Extra attempts after a CAS mismatch before falling back to the local bucket (0..=32).
+    pub cas_retries: u32,
+    /// Seed of the key hash; set it per deployment so slot collisions cannot be planned.
+    pub hash_seed: u64,
+    /// Capacity of the per-worker fallback bucket map used when the shared store fails.
+    pub fallback_buckets: u32,
+}
+
+/// What a request whose claim could not be checked (verifier error) is classed as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// `unverified_bot`: strict limits, never crawler quota (default).
+    #[default]
+    UnverifiedBot,
+    /// The class the User-Agent claims (trust the claim while the verifier is down).
+    ClaimedClass,
+}
+
+/// `verifier` section: the callout to the crawlguard-verifier sidecar.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VerifierConfig {
+    /// Ask the verifier at all; `false` keeps every `verify: true` claim `unverified_bot`.
+    pub enabled: bool,
+    /// Envoy cluster name of the sidecar.
+    pub cluster: String,
+    /// `:authority` sent to the sidecar.
+    pub authority: String,
+    /// How long a request may wait for a verdict, ms (10..=10000). Past it the request
+    /// proceeds per `on_error`.
+    pub timeout_ms: u32,
+    /// Class on verifier errors (dispatch refused, timeout, non-200, malformed body).
+    pub on_error: OnError,
+    /// Shared-data slots of the verdict cache (1..=1048576).
+    pub cache_slots: u32,
+    /// Upper bound on a verdict's cache lifetime, s (the answer's `ttl_s` is clamped to it).
+    pub max_ttl_s: u32,
+    /// Upper bound on an `unknown` verdict's cache lifetime, s.
+    pub unknown_ttl_s: u32,
+    /// How long a verifier error is remembered before the next callout for that claim, s.
+    pub error_ttl_s: u32,
+    /// How long past its TTL a verdict still stands in when a new callout fails, s
+    /// (stale-if-error; 0..=604800, default 24 h): a verifier outage does not demote a
+    /// crawler verified before.
+    pub stale_if_error_s: u32,
+    /// After this many spoofed verdicts from one client prefix (the `client_ip` prefix
+    /// grouping), further claims from it are `spoofed` without a callout until the latest
+    /// spoofed verdict expires; also the most callouts in flight per prefix and worker.
+    /// 0 = no limit. Default 4.
+    pub max_spoofed_per_prefix: u32,
+}
+
+/// `rewrite` section: normalisation of rejections coming from upstream.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RewriteConfig {
+    /// Normalise upstream rejections at all (default true).
+    pub enabled: bool,
+    /// Upstream statuses normalised (400..=599; default 429 and 503; 502/504 optional).
+    pub statuses: Vec<u16>,
+}
+
+/// Thresholds that make a route's origin unhealthy (`shedding` or a route override).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShedThresholds {
+    /// p95 upstream time above this is unhealthy, ms.
+    pub latency_ms: u32,
+    /// A 5xx share above this is unhealthy, per thousand (`error_ratio` x 1000).
+    pub error_permille: u32,
+}
+
+/// `shedding` section: class-priority load shedding when the origin slows down.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shedding {
+    /// Shed at all (default false).
+    pub enabled: bool,
+    /// `enforce` (503s) or `shadow` (count would-be sheds); default the global `mode`.
+    pub mode: Mode,
+    /// Thresholds per route index (`routes.len()` is the default route): the section's,
+    /// or the route's override.
+    pub thresholds: Vec<ShedThresholds>,
+    /// Window the origin is judged over, s (1..=60).
+    pub window_s: u32,
+    /// Fewer responses than this in the window: never unhealthy.
+    pub min_requests: u32,
+    /// The level moves at most one class per this many seconds (1..=3600).
+    pub step_s: u32,
+    /// Classes in the order they are shed, lowest priority first.
+    pub order: Vec<Class>,
+    /// Retry-After of a shed request (its base is `step_s`, clamped, plus jitter).
+    pub retry_after: RetryAfter,
+}
+
+impl Shedding {
+    /// The thresholds of route index `route`.
+    pub fn thresholds_of(&self, route: usize) -> ShedThresholds {
+        self.thresholds
+            .get(route)
+            .or(self.thresholds.last())
+            .copied()
+            .unwrap_or(ShedThresholds {
+                latency_ms: u32::MAX,
+                error_permille: 1000,
+            })
+    }
+
+    /// Position of `class` in the shed order (`None`: never shed).
+    pub fn rank_of(&self, class: Class) -> Option<usize> {
+        self.order.iter().position(|c| *c == class)
+    }
+}
+
+/// The validated, compiled configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Enforce or shadow.
+    pub mode: Mode,
+    /// Client address extraction.
+    pub client_ip: ClientIpConfig,
+    /// Compiled bot catalog.
+    pub classifier: Classifier,
+    /// Rejection policy per class, indexed like [`Class::ALL`].
+    pub classes: [ClassPolicy; 8],
+    /// Configured routes, in match order; route index `routes.len()` is [`DEFAULT_ROUTE`].
+    pub routes: Vec<Route>,
+    /// Limits; a request takes a token from every matching one.
+    pub limits: Vec<Limit>,
+    /// The distinct `cost.from_response_header` names of cost-based limits (removed from
+    /// every response).
+    pub cost_headers: Vec<String>,
+    /// Exact paths never limited (query string ignored).
+    pub exempt_paths: Vec<String>,
+    /// Lowercase request header carrying the class upstream.
+    pub class_header: String,
+    /// Emit `RateLimit-Policy` / `RateLimit` on rejections.
+    pub ratelimit_headers: bool,
+    /// Slot table settings.
+    pub store: StoreConfig,
+    /// Verifier callout settings.
+    pub verifier: VerifierConfig,
+    /// Response-path normalisation.
+    pub rewrite: RewriteConfig,
+    /// Class-priority load shedding.
+    pub shedding: Shedding,
+    /// Lowercase response header the origin sets on degraded pages; such a 200 becomes a 503
+    /// for crawler classes (soft-404 guard). `None` = off.
+    pub degraded: Option<String>,
+    /// Things that are valid but probably not meant, one line each starting with the field
+    /// path (`limits[0].rate_per_s: ...`); `on_configure` logs each at warn level.
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// Rejection policy of `class`.
+    pub fn policy(&self, class: Class) -> &ClassPolicy {
+        // `classes` has one entry per class, so the fallback is never used; no indexing.
+        self.classes
+            .get(class.index())
+            .unwrap_or(&defaults::FALLBACK_POLICY)
+    }
+
+    /// Name of route index `idx` (`default` past the configured routes).
+    pub fn route_name(&self, idx: usize) -> &str {
+        self.routes
+            .get(idx)
+            .map(|r| r.name.as_str())
+            .unwrap_or(DEFAULT_ROUTE)
+    }
+
+    /// Route index of `path` (query string already removed).
+    pub fn route_of(&self, path: &[u8]) -> usize {
+        self.routes
+            .iter()
+            .position(|r| path.starts_with(r.path_prefix.as_bytes()))
+            .unwrap_or(self.routes.len())
+    }
+}
+
+/// Parses and validates a configuration document. Empty or whitespace-only input means
+/// [`DEFAULT_CONFIG_JSON`].
+///
+/// Errors: the first problem found, as `path: reason`.
+pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
+    let text = if bytes.iter().all(u8::is_ascii_whitespace) {
+        DEFAULT_CONFIG_JSON.as_bytes()
+    } else {
+        bytes
+    };
+    if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(err("<root>", "must be a JSON object"));
+    }
+    let de = &mut serde_json::Deserializer::from_slice(text);
+    let raw: raw::RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        // serde_path_to_error prints the root as "." or "?" (syntax errors), and an empty
+        // key as nothing; name both so the log line always points somewhere.
+        let path = if path.is_empty() || path == "." || path == "?" {
+            "<root>".into()
+        } else if path.ends_with('.') {
+            format!("{path}\"\"")
+        } else {
+            path
+        };
+        err(path, e.into_inner().to_string())
+    })?;
+    compile::compile(raw)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,111 @@
+//! The configuration document as serde reads it: every field optional (its default comes
+//! from `defaults.rs`), unknown fields refused. `compile.rs` turns it into [`super::Config`].
+
+use super::{BotsMode, ClientIpConfig, Mode, RewriteConfig, Route, StoreConfig, VerifierConfig};
+use crate::catalog::BotEntry;
+use crate::class::Class;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    #[serde(default)]
+    pub(super) mode: Mode,
+    #[serde(default)]
+    pub(super) client_ip: ClientIpConfig,
+    #[serde(default)]
+    pub(super) bots: Vec<BotEntry>,
+    #[serde(default)]
+    pub(super) bots_mode: BotsMode,
+    #[serde(default)]
+    pub(super) classes: BTreeMap<String, RawClassPolicy>,
+    #[serde(default)]
+    pub(super) routes: Vec<Route>,
+    pub(super) limits: Option<Vec<RawLimit>>,
+    pub(super) exempt_paths: Option<Vec<String>>,
+    pub(super) class_header: Option<String>,
+    #[serde(default)]
+    pub(super) ratelimit_headers: bool,
+    #[serde(default)]
+    pub(super) store: StoreConfig,
+    #[serde(default)]
+    pub(super) verifier: VerifierConfig,
+    #[serde(default)]
+    pub(super) rewrite: RewriteConfig,
+    #[serde(default)]
+    pub(super) degraded: Option<String>,
+    #[serde(default)]
+    pub(super) shedding: RawShedding,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawClassPolicy {
+    pub(super) retry_after: Option<RawRetryAfter>,
+    pub(super) reject_status: Option<u16>,
+    pub(super) escalation: Option<RawEscalation>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEscalation {
+    pub(super) enabled: Option<bool>,
+    pub(super) after_ignored: Option<u16>,
+    pub(super) factor: Option<f64>,
+    pub(super) max_s: Option<u32>,
+    pub(super) decay_s: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRetryAfter {
+    pub(super) min_s: Option<u32>,
+    pub(super) max_s: Option<u32>,
+    pub(super) jitter_s: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimit {
+    pub(super) name: String,
+    pub(super) class: String,
+    pub(super) route: String,
+    pub(super) rate_per_s: f64,
+    pub(super) burst: u32,
+    pub(super) key: String,
+    #[serde(default)]
+    pub(super) mode: Option<Mode>,
+    #[serde(default)]
+    pub(super) cost: Option<RawCost>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCost {
+    pub(super) reserve: u32,
+    pub(super) from_response_header: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawShedding {
+    pub(super) enabled: Option<bool>,
+    pub(super) mode: Option<Mode>,
+    pub(super) latency_ms: Option<u32>,
+    pub(super) error_ratio: Option<f64>,
+    pub(super) window_s: Option<u32>,
+    pub(super) min_requests: Option<u32>,
+    pub(super) step_s: Option<u32>,
+    pub(super) order: Option<Vec<Class>>,
+    pub(super) retry_after: Option<RawRetryAfter>,
+    #[serde(default)]
+    pub(super) routes: BTreeMap<String, RawShedOverride>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawShedOverride {
+    pub(super) latency_ms: Option<u32>,
+    pub(super) error_ratio: Option<f64>,
+}

@@ -1,0 +1,318 @@
+//! Configuration parsing and validation: defaults, exact error messages, warnings.
+
+use super::*;
+
+fn parse_err(json: &str) -> String {
+    match parse(json.as_bytes()) {
+        Ok(_) => panic!("accepted: {json}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn empty_document_is_the_embedded_default() {
+    let c = parse(b"").expect("default parses");
+    assert_eq!(c.mode, Mode::Enforce);
+    assert_eq!(c.limits.len(), 9);
+    assert_eq!(c.class_header, "x-crawler-class");
+    assert_eq!(
+        c.exempt_paths,
+        vec!["/robots.txt", "/sitemap.xml", "/sitemap_index.xml"]
+    );
+    assert_eq!(c.store.slots, 16_384);
+    assert!(!c.classifier.entries().is_empty());
+}
+
+#[test]
+fn embedded_default_file_equals_field_defaults() {
+    let file = parse(DEFAULT_CONFIG_JSON.as_bytes()).expect("file parses");
+    let fields = parse(b"{}").expect("{} parses");
+    assert_eq!(file.limits, fields.limits);
+    assert_eq!(file.classes, fields.classes);
+    assert_eq!(file.exempt_paths, fields.exempt_paths);
+    assert_eq!(file.store, fields.store);
+    assert_eq!(file.client_ip, fields.client_ip);
+    assert_eq!(file.class_header, fields.class_header);
+    assert_eq!(file.mode, fields.mode);
+    assert_eq!(file.ratelimit_headers, fields.ratelimit_headers);
+    assert_eq!(file.routes, fields.routes);
+    assert_eq!(file.verifier, fields.verifier);
+    assert_eq!(file.rewrite, fields.rewrite);
+    assert_eq!(file.shedding, fields.shedding);
+    assert_eq!(file.degraded, fields.degraded);
+    assert_eq!(file.classifier.entries(), fields.classifier.entries());
+}
+
+/// How an error message is compared in [`check_errors`].
+enum Want {
+    /// The whole message.
+    Exactly(&'static str),
+    /// Its start (serde's messages go on to list expected values).
+    StartsWith(&'static str),
+}
+
+/// Parses every document of `cases` and reports every row whose error differs from the
+/// expected one (or that was accepted), not just the first.
+fn check_errors(cases: &[(String, Want)]) {
+    let mut failures = Vec::new();
+    for (doc, want) in cases {
+        let got = match parse(doc.as_bytes()) {
+            Ok(_) => "<accepted>".to_string(),
+            Err(e) => e.to_string(),
+        };
+        let ok = match want {
+            Want::Exactly(w) => got == *w,
+            Want::StartsWith(w) => got.starts_with(w),
+        };
+        if !ok {
+            let w = match want {
+                Want::Exactly(w) | Want::StartsWith(w) => w,
+            };
+            failures.push(format!("{doc}\n   want: {w}\n    got: {got}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} rows failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+const L: &str =
+    r#"{"name":"a","class":"*","route":"*","rate_per_s":1,"burst":1,"key":"client_ip"}"#;
+
+/// A document with one limit: `L` with `from` replaced by `to`.
+fn one_limit(from: &str, to: &str) -> String {
+    format!(r#"{{"limits":[{}]}}"#, L.replace(from, to))
+}
+
+#[test]
+fn errors_name_the_field_path() {
+    use Want::Exactly as Is;
+    let third_bad = format!(
+        r#"{{"limits":[{L},{},{}]}}"#,
+        L.replace("\"a\"", "\"b\""),
+        L.replace(r#""rate_per_s":1"#, r#""rate_per_s":0"#)
+            .replace("\"a\"", "\"c\"")
+    );
+    let twice = format!(r#"{{"limits":[{L},{L}]}}"#);
+    let cases: Vec<(String, Want)> = vec![
+        (third_bad, Is("limits[2].rate_per_s: must be > 0")),
+        (twice, Is(r#"limits[1].name: duplicate limit "a""#)),
+        (
+            one_limit(r#""class":"*""#, r#""class":"robot""#),
+            Is(r#"limits[0].class: unknown class "robot" (expected a class name or "*")"#),
+        ),
+        (
+            one_limit(r#""route":"*""#, r#""route":"api""#),
+            Is(r#"limits[0].route: unknown route "api" (define it in routes)"#),
+        ),
+        (
+            one_limit(r#""burst":1"#, r#""burst":0"#),
+            Is("limits[0].burst: must be 1..=1000000"),
+        ),
+        (
+            one_limit(r#""rate_per_s":1,"burst":1"#, r#""rate_per_s":1e-10,"burst":5"#),
+            Is("limits[0].rate_per_s: burst / rate_per_s must be <= 31536000 s (one year), is 50000000000 s"),
+        ),
+        (
+            one_limit(r#""key":"client_ip""#, r#""key":"cookie""#),
+            Is(r#"limits[0].key: "cookie": expected "client_ip", "global" or "header:<name>""#),
+        ),
+        (
+            r#"{"classes":{"human":{"reject_status":500}}}"#.into(),
+            Is("classes.human.reject_status: must be 429 or 503"),
+        ),
+        (
+            r#"{"classes":{"human":{"retry_after":{"min_s":10,"max_s":5}}}}"#.into(),
+            Is("classes.human.retry_after.max_s: must be in min_s..=86400 (min_s is 10)"),
+        ),
+        (r#"{"classes":{"robots":{}}}"#.into(), Is("classes.robots: unknown class")),
+        (
+            r#"{"client_ip":{"ipv6_prefix_len":129}}"#.into(),
+            Is("client_ip.ipv6_prefix_len: must be 0..=128"),
+        ),
+        (
+            r#"{"class_header":"x bad"}"#.into(),
+            Is(r#"class_header: "x bad" is not a valid header name"#),
+        ),
+        (r#"{"store":{"slots":0}}"#.into(), Is("store.slots: must be 1..=1048576")),
+        (
+            r#"{"exempt_paths":["robots.txt"]}"#.into(),
+            Is("exempt_paths[0]: must start with '/' and have no query"),
+        ),
+        (
+            r#"{"bots":[{"id":"x","ua_contains":[" "],"class":"other_bot"}]}"#.into(),
+            Is("bots[0].ua_contains[0]: must be 1..=256 bytes, not blank"),
+        ),
+        (
+            r#"{"bots":[{"id":"x","ua_contains":["x"],"class":"spoofed"}]}"#.into(),
+            Is("bots[0].class: unverified_bot and spoofed are assigned by verification, not by the catalog"),
+        ),
+        (
+            r#"{"bots":[{"id":"x","ua_contains":["x"],"class":"ai_trainer"}]}"#.into(),
+            Is("bots[0].class: ai_trainer is only given to verified claims: set verify: true (and \
+                teach the verifier how to check it) or use other_bot"),
+        ),
+        (
+            r#"{"rewrite":{"statuses":[429,200]}}"#.into(),
+            Is("rewrite.statuses[1]: must be 400..=599"),
+        ),
+        (
+            r#"{"verifier":{"timeout_ms":0}}"#.into(),
+            Is("verifier.timeout_ms: must be 10..=10000"),
+        ),
+        (
+            r#"{"verifier":{"stale_if_error_s":604801}}"#.into(),
+            Is("verifier.stale_if_error_s: must be 0..=604800"),
+        ),
+        (
+            r#"{"verifier":{"max_spoofed_per_prefix":1001}}"#.into(),
+            Is("verifier.max_spoofed_per_prefix: must be 0..=1000"),
+        ),
+        (
+            r#"{"verifier":{"on_error":"allow"}}"#.into(),
+            Want::StartsWith("verifier.on_error: unknown variant `allow`,"),
+        ),
+        (
+            r#"{"routes":[{"name":"api","path_prefix":"api"}]}"#.into(),
+            Is("routes[0].path_prefix: must start with '/'"),
+        ),
+    ];
+    check_errors(&cases);
+}
+
+#[test]
+fn a_refill_slower_than_the_retry_after_max_is_warned_about() {
+    let c = parse(
+        br#"{"classes":{"script":{"retry_after":{"max_s":30}}},"limits":[
+            {"name":"slow_scripts","class":"script","route":"*","rate_per_s":0.01,"burst":1,"key":"client_ip"},
+            {"name":"all_slow","class":"*","route":"*","rate_per_s":0.02,"burst":3,"key":"client_ip"},
+            {"name":"at_max","class":"script","route":"*","rate_per_s":0.03333333333333333,"burst":1,"key":"global"}]}"#,
+    )
+    .expect("valid: warnings do not refuse a configuration");
+    assert_eq!(
+        c.warnings,
+        [
+            "limits[0].rate_per_s: limit \"slow_scripts\" refills one token every 100 s \
+             (1 / rate_per_s), longer than classes.script.retry_after.max_s (30 s): a client \
+             of class script that waits Retry-After can be rejected again",
+            "limits[1].rate_per_s: limit \"all_slow\" refills one token every 50 s \
+             (1 / rate_per_s), longer than classes.ai_retriever.retry_after.max_s (30 s): a \
+             client of class ai_retriever that waits Retry-After can be rejected again",
+            "limits[1].rate_per_s: limit \"all_slow\" refills one token every 50 s \
+             (1 / rate_per_s), longer than classes.script.retry_after.max_s (30 s): a \
+             client of class script that waits Retry-After can be rejected again",
+        ]
+    );
+    // The clamp itself is unchanged.
+    assert_eq!(c.policy(Class::Script).retry_after.max_s, 30);
+    // The defaults (and a limit refilling exactly at max_s, limits[2]) warn about nothing.
+    assert_eq!(parse(b"").expect("default").warnings, Vec::<String>::new());
+    assert_eq!(parse(b"{}").expect("{}").warnings, Vec::<String>::new());
+}
+
+#[test]
+fn refill_time_is_bounded_by_one_year() {
+    let doc = |rate: &str, burst: u32| {
+        format!(
+            r#"{{"limits":[{{"name":"a","class":"*","route":"*","rate_per_s":{rate},"burst":{burst},"key":"global"}}]}}"#
+        )
+    };
+    // Exactly one year: 31536 / 0.001 and 1 / (1 / 31536000) are both 31536000.0.
+    assert!(parse(doc("0.001", 31_536).as_bytes()).is_ok());
+    assert!(parse(doc(&(1.0 / MAX_REFILL_S).to_string(), 1).as_bytes()).is_ok());
+    assert_eq!(
+        parse_err(&doc("0.001", 31_537)),
+        "limits[0].rate_per_s: burst / rate_per_s must be <= 31536000 s (one year), is 31537000 s"
+    );
+    assert_eq!(
+        parse_err(&doc("1e-9", 20)),
+        "limits[0].rate_per_s: burst / rate_per_s must be <= 31536000 s (one year), is 20000000000 s"
+    );
+    // The smallest rate any burst allows is 1 token a year.
+    assert_eq!(
+        parse_err(&doc("3e-8", 1)),
+        "limits[0].rate_per_s: burst / rate_per_s must be <= 31536000 s (one year), is 33333334 s"
+    );
+}
+
+#[test]
+fn unknown_and_mistyped_fields_are_errors_with_their_path() {
+    use Want::{Exactly as Is, StartsWith as Starts};
+    let cases: Vec<(String, Want)> = vec![
+        (
+            r#"{"bogus":1}"#.into(),
+            Starts("bogus: unknown field `bogus`, expected one of `mode`"),
+        ),
+        (
+            r#"{"store":{"slotz":1}}"#.into(),
+            Starts("store.slotz: unknown field `slotz`"),
+        ),
+        (r#"{"":1}"#.into(), Starts("<root>: unknown field ``")),
+        (
+            r#"{"store":{"":1}}"#.into(),
+            Starts("store.\"\": unknown field ``"),
+        ),
+        (
+            r#"{"mode":"off"}"#.into(),
+            Starts("mode: unknown variant `off`"),
+        ),
+        (
+            one_limit(r#""rate_per_s":1"#, r#""rate_per_s":"1""#),
+            Starts("limits[0].rate_per_s: invalid type"),
+        ),
+        ("{not json".into(), Starts("<root>: key must be a string")),
+        ("[]".into(), Is("<root>: must be a JSON object")),
+        ("\u{feff}{}".into(), Is("<root>: must be a JSON object")),
+    ];
+    check_errors(&cases);
+}
+
+#[test]
+fn routes_first_match_wins_and_default_route() {
+    let c = parse(
+        br#"{"routes":[{"name":"api","path_prefix":"/api/"},{"name":"all_a","path_prefix":"/a"}],
+             "limits":[{"name":"api","class":"*","route":"api","rate_per_s":1,"burst":1,"key":"global"},
+                       {"name":"dflt","class":"human","route":"default","rate_per_s":1,"burst":1,"key":"header:X-Api-Key"}]}"#,
+    )
+    .expect("valid");
+    assert_eq!(c.route_of(b"/api/v1"), 0);
+    assert_eq!(c.route_of(b"/about"), 1);
+    assert_eq!(c.route_of(b"/"), 2);
+    assert_eq!(c.route_name(2), "default");
+    assert_eq!(c.limits[0].route, Some(0));
+    assert_eq!(c.limits[1].route, Some(2));
+    assert_eq!(c.limits[1].class, Some(Class::Human));
+    assert_eq!(c.limits[1].key, KeyKind::Header("x-api-key".into()));
+}
+
+#[test]
+fn class_overrides_merge_onto_defaults() {
+    let c = parse(
+        br#"{"classes":{"script":{"retry_after":{"max_s":20}},"human":{"reject_status":503}}}"#,
+    )
+    .expect("valid");
+    assert_eq!(
+        c.policy(Class::Script).retry_after,
+        RetryAfter {
+            min_s: 1,
+            max_s: 20,
+            jitter_s: 10
+        }
+    );
+    assert_eq!(c.policy(Class::Human).reject_status, 503);
+    assert_eq!(c.policy(Class::Spoofed).retry_after.min_s, 60);
+}
+
+#[test]
+fn bots_extend_puts_configured_entries_first_and_replace_drops_builtins() {
+    let c = parse(br#"{"bots":[{"id":"acmebot","ua_contains":["AcmeBot"],"class":"other_bot"}]}"#)
+        .expect("valid");
+    assert_eq!(c.classifier.entries()[0].id, "acmebot");
+    assert!(c.classifier.entries().len() > 1);
+    let c = parse(br#"{"bots_mode":"replace","bots":[{"id":"acmebot","ua_contains":["AcmeBot"],"class":"other_bot","verify":false}]}"#)
+        .expect("valid");
+    assert_eq!(c.classifier.entries().len(), 1);
+}

@@ -1,0 +1,1145 @@
+//! The limit decision for one request: which limits match its class and route, and one
+//! token from each matching bucket (keyed by client address, globally, or by a request
+//! header). If any bucket is empty, the tokens already taken are given back: a rejected
+//! request consumes nothing.
+//!
+//! Buckets live in the shared slot table ([`SharedSlots`]); when it cannot serve a key, the
+//! per-worker fallback ([`LocalStore`]) decides with the same limit. Both are reached through
+//! the one [`StateStore`] seam, with the bucket math ([`bucket::take`]) passed in.
+
+use crate::bucket::{self, BucketState, Take};
+use crate::class::Class;
+use crate::config::{ClassPolicy, Limit};
+use crate::config::{Config, KeyKind, Mode};
+use crate::escalation::{Compliance, Visit};
+use crate::local_store::{LocalPlace, LocalStore};
+use crate::respond;
+use crate::slot_table::{read_u64, write_u64, SharedSlots, SlotRef, SlotTable, SlotValue};
+use crate::store::{SharedData, StateKey, StateStore, StoreFault};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::net::IpAddr;
+
+/// Shared-data key prefix of bucket slots.
+pub const BUCKET_PREFIX: &str = "cg:b:";
+
+/// What one limit key keeps: its bucket, and what it was told (Retry-After compliance and
+/// escalation, [`crate::escalation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KeyState {
+    /// The token bucket.
+    pub bucket: BucketState,
+    /// Retry-After compliance and escalation.
+    pub compliance: Compliance,
+}
+
+/// A key's state in a slot: `tat_ns`, `last_ns`, `told_until_ns`, `penalty_until_ns`,
+/// `forget_at_ns` (8 each), `ignored` (2), `level` (1), little-endian, after the table's
+/// version and owner (52 bytes in all).
+impl SlotValue for KeyState {
+    const LEN: usize = 43;
+    const VERSION: u8 = 2;
+
+    fn encode(&self, out: &mut [u8]) {
+        let c = &self.compliance;
+        write_u64(out, 0, self.bucket.tat_ns);
+        write_u64(out, 8, self.bucket.last_ns);
+        write_u64(out, 16, c.told_until_ns);
+        write_u64(out, 24, c.penalty_until_ns);
+        write_u64(out, 32, c.forget_at_ns);
+        if let Some(d) = out.get_mut(40..42) {
+            d.copy_from_slice(&c.ignored.to_le_bytes());
+        }
+        if let Some(d) = out.get_mut(42) {
+            *d = c.level;
+        }
+    }
+
+    fn decode(b: &[u8]) -> Option<Self> {
+        Some(KeyState {
+            bucket: BucketState {
+                tat_ns: read_u64(b, 0)?,
+                last_ns: read_u64(b, 8)?,
+            },
+            compliance: Compliance {
+                told_until_ns: read_u64(b, 16)?,
+                penalty_until_ns: read_u64(b, 24)?,
+                forget_at_ns: read_u64(b, 32)?,
+                ignored: u16::from_le_bytes(b.get(40..42)?.try_into().ok()?),
+                level: *b.get(42)?,
+            },
+        })
+    }
+
+    /// A key whose bucket is full again and that remembers nothing carries no information
+    /// (rank 0); any other ranks 1, so a key never takes another key's active state.
+    fn rank(&self, now_ns: u64) -> u8 {
+        u8::from(!(bucket::is_full(self.bucket, now_ns) && self.compliance.is_idle(now_ns)))
+    }
+
+    fn free_at_ns(&self) -> u64 {
+        self.bucket.tat_ns.max(self.compliance.idle_at_ns())
+    }
+}
+
+/// What the limit decision needs to know about a request, derived once from its headers
+/// (`request::Facts`).
+#[derive(Debug, Clone, Copy)]
+pub struct RequestKeys<'a> {
+    /// Route index (see [`Config::route_name`]).
+    pub route: usize,
+    /// The client address masked to its prefix (the `client_ip` bucket key); `None` when no
+    /// address parses (all such requests share one bucket per limit).
+    pub client: Option<IpAddr>,
+    /// Every line of each `header:<name>` key header, by lowercase name.
+    pub key_headers: &'a [(&'a str, Vec<Vec<u8>>)],
+}
+
+impl RequestKeys<'_> {
+    fn header_lines(&self, name: &str) -> &[Vec<u8>] {
+        self.key_headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_slice())
+            .unwrap_or_default()
+    }
+}
+
+/// How a request over a limit is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverLimit {
+    /// Index of the limit in [`Config::limits`].
+    pub limit: usize,
+    /// Status to answer with (class `reject_status`).
+    pub status: u16,
+    /// Retry-After, seconds (jitter included).
+    pub retry_after_s: u32,
+}
+
+/// What happens to the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Passed every matching limit (or none matched).
+    Allowed,
+    /// Over a limit, answer locally with a rejection.
+    Limited(OverLimit),
+    /// Over a limit in shadow mode: counted, sent upstream anyway.
+    ShadowLimited(OverLimit),
+    /// A `header:<name>` key of limit `limit` (index in [`Config::limits`]) named more than
+    /// [`MAX_KEY_VALUES`] distinct values: answered with a 400, no token taken.
+    Malformed {
+        /// Index of the limit in [`Config::limits`].
+        limit: usize,
+    },
+    /// The same in shadow mode: counted, sent upstream anyway.
+    ShadowMalformed {
+        /// Index of the limit in [`Config::limits`].
+        limit: usize,
+    },
+}
+
+/// Shared-store trouble met while deciding, by kind (each is counted; none fails the
+/// request: the per-worker fallback decided those buckets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreEvents {
+    /// Host call errors.
+    pub errors: u32,
+    /// CAS retries exhausted.
+    pub cas_exhausted: u32,
+    /// Slot collisions with active buckets.
+    pub collisions: u32,
+    /// Slots that did not decode.
+    pub corrupt: u32,
+}
+
+impl StoreEvents {
+    /// True when any bucket was decided by the per-worker fallback (the request "failed
+    /// open" onto it).
+    pub fn fell_back(&self) -> bool {
+        self.errors + self.cas_exhausted + self.collisions + self.corrupt > 0
+    }
+
+    fn count(&mut self, fault: StoreFault) {
+        match fault {
+            StoreFault::Store => self.errors += 1,
+            StoreFault::CasExhausted => self.cas_exhausted += 1,
+            StoreFault::Collision => self.collisions += 1,
+            StoreFault::Corrupt => self.corrupt += 1,
+        }
+    }
+}
+
+/// A cost-based reservation of a forwarded request, settled when its response arrives
+/// ([`Limiter::settle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    /// Index of the limit in [`Config::limits`].
+    pub limit: usize,
+    /// Tokens reserved.
+    pub reserved: u32,
+    key: StateKey,
+    at: Placed,
+}
+
+/// The result of checking one request against the limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitResult {
+    /// Route index (see [`Config::route_name`]).
+    pub route: usize,
+    /// The decision.
+    pub decision: Decision,
+    /// Store trouble met.
+    pub store: StoreEvents,
+    /// How the request relates to a Retry-After one of its keys was given: `Ignored` if any
+    /// key was told to wait longer, else `Honoured` if one came back after its wait.
+    pub visit: Visit,
+    /// The rejection was made longer by escalation (the key serves a penalty).
+    pub escalated: bool,
+    /// Cost-based reservations to settle on the response (only when forwarded).
+    pub reservations: Vec<Reservation>,
+}
+
+/// Where a charged token was taken, for a refund or a settlement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placed {
+    Shared(SlotRef),
+    Local(LocalPlace),
+}
+
+/// What charging one key did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Charged {
+    /// Tokens taken.
+    Allowed,
+    /// Over the limit: the Retry-After to send before jitter (clamped, maybe escalated).
+    Limited { retry_after_s: u32, escalated: bool },
+}
+
+/// Per-worker limiter state: the bucket slot table, the per-worker fallback and the keyed
+/// hasher.
+#[derive(Debug)]
+pub struct Limiter {
+    buckets: SlotTable<KeyState>,
+    fallback: LocalStore<KeyState>,
+    hasher: ahash::RandomState,
+}
+
+impl Limiter {
+    /// Builds the limiter for `cfg.store`.
+    pub fn new(cfg: &Config) -> Limiter {
+        let s = cfg.store.hash_seed;
+        Limiter {
+            buckets: SlotTable::new(BUCKET_PREFIX, cfg.store.slots, cfg.store.cas_retries),
+            fallback: LocalStore::new(cfg.store.fallback_buckets as usize),
+            hasher: ahash::RandomState::with_seeds(
+                s,
+                s ^ 0x243f_6a88_85a3_08d3,
+                s ^ 0x1319_8a2e_0370_7344,
+                s ^ 0xa409_3822_299f_31d0,
+            ),
+        }
+    }
+
+    /// The bucket slot table (for pre-creating slots at start).
+    pub fn table(&self) -> &SlotTable<KeyState> {
+        &self.buckets
+    }
+
+    /// The per-worker fallback.
+    pub fn fallback(&self) -> &LocalStore<KeyState> {
+        &self.fallback
+    }
+
+    /// Fingerprint of a verification claim (full client IP, bot id) for the verdict cache.
+    pub fn claim_fingerprint(&self, ip: IpAddr, bot_id: &str) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        "claim".hash(&mut h);
+        ip.hash(&mut h);
+        bot_id.hash(&mut h);
+        h.finish()
+    }
+
+    /// Fingerprint of a client prefix (an address already masked to the configured prefix
+    /// length) for the per-prefix spoofed count.
+    pub fn prefix_fingerprint(&self, prefix: IpAddr) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        "prefix".hash(&mut h);
+        prefix.hash(&mut h);
+        h.finish()
+    }
+
+    /// The state key of one bucket: its fingerprint, and the limit's overflow value in the
+    /// per-worker fallback.
+    fn key(&self, limit_name: &str, key: &KeyPart<'_>) -> StateKey {
+        let mut h = self.hasher.build_hasher();
+        // The slot count is part of a bucket's identity: with another `store.slots` every
+        // key gets a new fingerprint, so every bucket starts full again, as the load log
+        // says (`store::record_shape`); otherwise a key whose slot happened not to move
+        // would keep its old state and the others would not.
+        self.buckets.len().hash(&mut h);
+        limit_name.hash(&mut h);
+        let overflow = h.clone();
+        key.hash(&mut h);
+        let mut o = overflow;
+        "overflow".hash(&mut o);
+        StateKey {
+            fp: h.finish(),
+            overflow_fp: o.finish(),
+        }
+    }
+
+    /// Changes `key`'s state with `f`: in the shared table, else (any [`StoreFault`],
+    /// counted in `events`) in the per-worker fallback, which never fails.
+    fn update<T>(
+        &mut self,
+        store: &dyn SharedData,
+        key: StateKey,
+        now_ns: u64,
+        events: &mut StoreEvents,
+        mut f: impl FnMut(Option<KeyState>) -> (T, Option<KeyState>),
+    ) -> Option<(T, Placed)> {
+        let mut shared = SharedSlots {
+            table: &self.buckets,
+            store,
+        };
+        match shared.measure_and_replace(key, now_ns, &mut f) {
+            Ok((t, at)) => Some((t, Placed::Shared(at))),
+            Err(fault) => {
+                events.count(fault);
+                self.fallback
+                    .measure_and_replace(key, now_ns, &mut f)
+                    .ok()
+                    .map(|(t, at)| (t, Placed::Local(at)))
+            }
+        }
+    }
+
+    /// Takes `n` tokens from `key`'s bucket under `limit`, for a request of a class with
+    /// `policy`. With `track` (an enforced limit keyed per client), the key's Retry-After
+    /// compliance is checked and remembered, and a key serving a penalty is rejected without
+    /// taking tokens.
+    #[allow(clippy::too_many_arguments)]
+    fn charge(
+        &mut self,
+        store: &dyn SharedData,
+        key: StateKey,
+        now_ns: u64,
+        limit: &Limit,
+        n: u32,
+        policy: &ClassPolicy,
+        track: bool,
+        events: &mut StoreEvents,
+    ) -> (Charged, Visit, Option<Placed>) {
+        let rate = limit.rate;
+        let ra = &policy.retry_after;
+        let esc = &policy.escalation;
+        let result = self.update(store, key, now_ns, events, |s| {
+            let mut st = s.unwrap_or_default();
+            let visit = if track {
+                st.compliance.visit(now_ns, esc)
+            } else {
+                Visit::Unremarkable
+            };
+            let wait_ns = if track && st.compliance.in_penalty(now_ns) {
+                // Serving a penalty: rejected without consuming tokens.
+                st.compliance.penalty_until_ns.saturating_sub(now_ns)
+            } else {
+                match bucket::take_n(Some(st.bucket), now_ns, rate, n) {
+                    Take::Allowed { state, .. } => {
+                        st.bucket = state;
+                        return ((Charged::Allowed, visit), Some(st));
+                    }
+                    Take::Limited { wait_ns } => wait_ns,
+                }
+            };
+            let base_s = respond::clamp_s(wait_ns.div_ceil(bucket::NS_PER_S), ra);
+            if !track {
+                let limited = Charged::Limited {
+                    retry_after_s: base_s,
+                    escalated: false,
+                };
+                return ((limited, visit), None);
+            }
+            let (retry_after_s, escalated) = st.compliance.reject(now_ns, base_s, esc);
+            let limited = Charged::Limited {
+                retry_after_s,
+                escalated,
+            };
+            ((limited, visit), Some(st))
+        });
+        match result {
+            Some(((c @ Charged::Allowed, visit), at)) => (c, visit, Some(at)),
+            Some(((c, visit), _)) => (c, visit, None),
+            // Unreachable (the fallback never fails); strict if it ever did.
+            None => (
+                Charged::Limited {
+                    retry_after_s: respond::clamp_s(0, ra),
+                    escalated: false,
+                },
+                Visit::Unremarkable,
+                None,
+            ),
+        }
+    }
+
+    /// Gives back `n` tokens where `charge` took them (best effort: a lost refund only errs
+    /// on the strict side).
+    fn refund(
+        &mut self,
+        store: &dyn SharedData,
+        key: StateKey,
+        at: Placed,
+        rate: bucket::Rate,
+        n: u32,
+    ) {
+        let back = |s: KeyState| KeyState {
+            bucket: bucket::refund_n(s.bucket, rate, n),
+            ..s
+        };
+        let _ = match at {
+            Placed::Shared(at) => SharedSlots {
+                table: &self.buckets,
+                store,
+            }
+            .replace_at(key, at, back),
+            Placed::Local(at) => self.fallback.replace_at(key, at, back),
+        };
+    }
+
+    /// Settles a cost reservation at the `actual` cost the origin reported (`None`: missing
+    /// or invalid, settles at the reservation): gives back what was reserved too much, or
+    /// charges the extra (the bucket may go into debt).
+    pub fn settle(
+        &mut self,
+        cfg: &Config,
+        store: &dyn SharedData,
+        r: &Reservation,
+        actual: Option<u32>,
+        now_ns: u64,
+    ) {
+        let Some(limit) = cfg.limits.get(r.limit) else {
+            return;
+        };
+        let actual = actual.unwrap_or(r.reserved);
+        let rate = limit.rate;
+        let change = |s: KeyState| {
+            let bucket = if actual >= r.reserved {
+                bucket::charge_debt(s.bucket, now_ns, rate, actual - r.reserved)
+            } else {
+                bucket::refund_n(s.bucket, rate, r.reserved - actual)
+            };
+            KeyState { bucket, ..s }
+        };
+        if actual == r.reserved {
+            return;
+        }
+        let _ = match r.at {
+            Placed::Shared(at) => SharedSlots {
+                table: &self.buckets,
+                store,
+            }
+            .replace_at(r.key, at, change),
+            Placed::Local(at) => self.fallback.replace_at(r.key, at, change),
+        };
+    }
+}
+
+#[derive(Hash)]
+enum KeyPart<'a> {
+    Ip(IpAddr),
+    UnknownIp,
+    Global,
+    /// One value of the key header; `None` = absent or blank.
+    Header(Option<&'a [u8]>),
+}
+
+/// Most distinct values of a key header a request may name; each is charged. A request
+/// naming more is rejected as malformed ([`Decision::Malformed`]): it must charge every key
+/// it names or be rejected, so padding cannot hide an exhausted key among fresh ones.
+pub const MAX_KEY_VALUES: usize = 16;
+
+/// The distinct values of a key header: every line, split on commas (RFC 9110 section 5.3
+/// list syntax), trimmed, blanks dropped, in first-seen order. A request that repeats the
+/// header (or lists several values) is charged once per distinct value, so a client cannot
+/// slip an exhausted key past the limit behind a fresh one. Collecting stops at
+/// `MAX_KEY_VALUES + 1` values (enough to know the request is malformed), so a huge list
+/// costs no more than that many comparisons per part.
+pub fn key_values(lines: &[Vec<u8>]) -> Vec<&[u8]> {
+    let mut out: Vec<&[u8]> = Vec::new();
+    for part in lines.iter().flat_map(|l| l.split(|b| *b == b',')) {
+        let v = part.trim_ascii();
+        if !v.is_empty() && !out.contains(&v) {
+            out.push(v);
+            if out.len() > MAX_KEY_VALUES {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Decides a request of class `class` at `now_ns`: charges every limit matching its class
+/// and route, in configuration order (a cost-based limit reserves `cost.reserve` tokens,
+/// any other takes one).
+///
+/// - An enforced limit that is empty rejects the request: the tokens already taken are given
+///   back (a rejected request consumes nothing) and the decision is `Limited`.
+/// - A limit in shadow mode (`limits[].mode`, or the global `mode`) that is empty does not
+///   reject: the request is counted `ShadowLimited`, what it took from shadow limits is given
+///   back (as enforcing them would), the other shadow limits are skipped, and the enforced
+///   limits still charge it.
+/// - A key header naming more than [`MAX_KEY_VALUES`] values makes the request malformed,
+///   with the same refund.
+///
+/// Keys of enforced, non-global limits remember the Retry-After they were given (compliance
+/// and escalation, [`crate::escalation`]). `random` feeds the Retry-After jitter; it is
+/// called only on a rejection.
+pub fn decide(
+    cfg: &Config,
+    limiter: &mut Limiter,
+    store: &dyn SharedData,
+    req: &RequestKeys<'_>,
+    class: Class,
+    now_ns: u64,
+    random: &mut dyn FnMut() -> u32,
+) -> LimitResult {
+    let route = req.route;
+    let policy = cfg.policy(class);
+    let mut events = StoreEvents::default();
+    // (key, limit index, where, tokens, the limit is in shadow mode)
+    let mut charged: Vec<(StateKey, usize, Placed, u32, bool)> = Vec::new();
+    let mut decision = Decision::Allowed;
+    let mut shadow: Option<OverLimit> = None;
+    let mut visit = Visit::Unremarkable;
+    let mut escalated = false;
+    'limits: for (i, limit) in cfg.limits.iter().enumerate() {
+        if limit.class.is_some_and(|c| c != class) || limit.route.is_some_and(|r| r != route) {
+            continue;
+        }
+        let is_shadow = limit.mode == Mode::Shadow;
+        if is_shadow && shadow.is_some() {
+            // A shadow limit already rejected: enforcing it would have stopped here.
+            continue;
+        }
+        let header_keys: Vec<KeyPart<'_>>;
+        // One key for client_ip/global (no allocation); one per distinct header value.
+        let one_key;
+        let keys: &[KeyPart<'_>] = match &limit.key {
+            KeyKind::Global => {
+                one_key = KeyPart::Global;
+                std::slice::from_ref(&one_key)
+            }
+            KeyKind::ClientIp => {
+                one_key = req.client.map_or(KeyPart::UnknownIp, KeyPart::Ip);
+                std::slice::from_ref(&one_key)
+            }
+            KeyKind::Header(name) => {
+                let values = key_values(req.header_lines(name));
+                if values.len() > MAX_KEY_VALUES {
+                    decision = match cfg.mode {
+                        Mode::Enforce => Decision::Malformed { limit: i },
+                        Mode::Shadow => Decision::ShadowMalformed { limit: i },
+                    };
+                    break;
+                }
+                header_keys = if values.is_empty() {
+                    vec![KeyPart::Header(None)]
+                } else {
+                    values
+                        .into_iter()
+                        .map(|v| KeyPart::Header(Some(v)))
+                        .collect()
+                };
+                &header_keys
+            }
+        };
+        let n = limit.cost.as_ref().map_or(1, |c| c.reserve);
+        // Compliance is about a client: not for the one global bucket, not in shadow mode
+        // (the client was never told anything).
+        let track = !is_shadow && !matches!(limit.key, KeyKind::Global);
+        let mut shadow_taken: Vec<usize> = Vec::new();
+        for part in keys {
+            let key = limiter.key(&limit.name, part);
+            let (c, v, at) =
+                limiter.charge(store, key, now_ns, limit, n, policy, track, &mut events);
+            visit = match (visit, v) {
+                (Visit::Ignored, _) | (_, Visit::Ignored) => Visit::Ignored,
+                (Visit::Honoured, _) | (_, Visit::Honoured) => Visit::Honoured,
+                _ => Visit::Unremarkable,
+            };
+            match c {
+                Charged::Allowed => {
+                    if let Some(at) = at {
+                        if is_shadow {
+                            shadow_taken.push(charged.len());
+                        }
+                        charged.push((key, i, at, n, is_shadow));
+                    }
+                }
+                Charged::Limited {
+                    retry_after_s,
+                    escalated: esc,
+                } => {
+                    let jitter = random() % policy.retry_after.jitter_s.saturating_add(1).max(1);
+                    let over = OverLimit {
+                        limit: i,
+                        status: policy.reject_status,
+                        retry_after_s: retry_after_s.saturating_add(jitter),
+                    };
+                    if is_shadow {
+                        shadow = Some(over);
+                        continue 'limits;
+                    }
+                    escalated = esc;
+                    decision = Decision::Limited(over);
+                    break 'limits;
+                }
+            }
+        }
+    }
+    // What to give back: everything when rejected; what shadow limits took when one of
+    // them would have rejected (enforcing it would have stopped the request there).
+    let rejected = decision != Decision::Allowed;
+    let mut reservations = Vec::new();
+    for (key, i, at, n, is_shadow) in charged {
+        let Some(limit) = cfg.limits.get(i) else {
+            continue;
+        };
+        if rejected || (is_shadow && shadow.is_some()) {
+            limiter.refund(store, key, at, limit.rate, n);
+        } else if limit.cost.is_some() {
+            reservations.push(Reservation {
+                limit: i,
+                reserved: n,
+                key,
+                at,
+            });
+        }
+    }
+    if let (Decision::Allowed, Some(over)) = (decision, shadow) {
+        decision = Decision::ShadowLimited(over);
+    }
+    LimitResult {
+        route,
+        decision,
+        store: events,
+        visit,
+        escalated,
+        reservations,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bucket::NS_PER_S;
+    use crate::client_ip;
+    use crate::config;
+    use crate::store::mem::{Fault, MemStore};
+
+    const T0: u64 = 1_700_000_000 * NS_PER_S;
+
+    /// A request as the limiter sees it, owning its data.
+    struct TestReq {
+        path: &'static str,
+        remote: String,
+        headers: Vec<(&'static str, Vec<Vec<u8>>)>,
+    }
+
+    fn req(path: &'static str, remote: &str) -> TestReq {
+        TestReq {
+            path,
+            remote: remote.to_string(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// A request to `/` from 1.1.1.1 whose `x-api-key` header has these lines.
+    fn keyed(lines: &[&[u8]]) -> TestReq {
+        TestReq {
+            headers: vec![("x-api-key", lines.iter().map(|l| l.to_vec()).collect())],
+            ..req("/", "1.1.1.1:1")
+        }
+    }
+
+    fn keys<'a>(cfg: &Config, r: &'a TestReq) -> RequestKeys<'a> {
+        let path = r.path.split(['?', '#']).next().unwrap_or_default();
+        RequestKeys {
+            route: cfg.route_of(path.as_bytes()),
+            client: client_ip::client_ip(&cfg.client_ip, Some(r.remote.as_bytes()), None)
+                .map(|a| client_ip::masked(a, &cfg.client_ip)),
+            key_headers: &r.headers,
+        }
+    }
+
+    fn run(
+        cfg: &Config,
+        lim: &mut Limiter,
+        store: &MemStore,
+        r: &TestReq,
+        class: Class,
+    ) -> LimitResult {
+        decide(cfg, lim, store, &keys(cfg, r), class, T0, &mut || 0)
+    }
+
+    fn setup(json: &str) -> (Config, Limiter, MemStore) {
+        let cfg = config::parse(json.as_bytes()).expect("valid config");
+        let lim = Limiter::new(&cfg);
+        let store = MemStore::default();
+        assert!(lim.table().precreate(&store).is_ok());
+        (cfg, lim, store)
+    }
+
+    fn count_allowed(
+        cfg: &Config,
+        lim: &mut Limiter,
+        store: &MemStore,
+        r: &TestReq,
+        class: Class,
+        n: usize,
+    ) -> usize {
+        (0..n)
+            .filter(|_| run(cfg, lim, store, r, class).decision == Decision::Allowed)
+            .count()
+    }
+
+    const TWO_LIMITS: &str = r#"{"routes":[{"name":"api","path_prefix":"/api/"}],"limits":[
+        {"name":"per_ip","class":"*","route":"*","rate_per_s":0.001,"burst":5,"key":"client_ip"},
+        {"name":"api_global","class":"*","route":"api","rate_per_s":0.001,"burst":3,"key":"global"}]}"#;
+
+    #[test]
+    fn each_client_ip_has_its_own_bucket() {
+        let (cfg, mut lim, store) = setup(TWO_LIMITS);
+        let a = req("/", "127.0.0.2:1000");
+        let b = req("/", "127.0.0.3:1000");
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &a, Class::Human, 20),
+            5
+        );
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &b, Class::Human, 20),
+            5
+        );
+    }
+
+    #[test]
+    fn rejected_request_consumes_no_other_bucket() {
+        let (cfg, mut lim, store) = setup(TWO_LIMITS);
+        // 3 API requests drain api_global; per_ip has 2 of 5 left.
+        let a = req("/api/x", "127.0.0.2:1");
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &a, Class::Human, 3),
+            3
+        );
+        // 10 rejected API requests must not drain per_ip further.
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &a, Class::Human, 10),
+            0
+        );
+        let home = req("/", "127.0.0.2:1");
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &home, Class::Human, 10),
+            2
+        );
+    }
+
+    #[test]
+    fn limited_outcome_carries_limit_status_and_retry_after() {
+        let (cfg, mut lim, store) = setup(
+            r#"{"classes":{"script":{"retry_after":{"min_s":2,"max_s":100,"jitter_s":0},"reject_status":503}},
+                "limits":[{"name":"s","class":"script","route":"*","rate_per_s":0.1,"burst":1,"key":"client_ip"}]}"#,
+        );
+        let r = req("/x?q=1", "10.0.0.1:5");
+        assert_eq!(
+            run(&cfg, &mut lim, &store, &r, Class::Script).decision,
+            Decision::Allowed
+        );
+        // 0.1/s: next token in exactly 10 s.
+        assert_eq!(
+            run(&cfg, &mut lim, &store, &r, Class::Script).decision,
+            Decision::Limited(OverLimit {
+                limit: 0,
+                status: 503,
+                retry_after_s: 10
+            })
+        );
+        // Other classes do not match this limit.
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &r, Class::Human, 50),
+            50
+        );
+    }
+
+    #[test]
+    fn shadow_mode_never_rejects_but_reports() {
+        let (cfg, mut lim, store) = setup(
+            r#"{"mode":"shadow","limits":[{"name":"s","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"global"}]}"#,
+        );
+        let r = req("/", "1.2.3.4:1");
+        let v: Vec<_> = (0..4)
+            .map(|_| run(&cfg, &mut lim, &store, &r, Class::Human).decision)
+            .collect();
+        assert_eq!(v[0], Decision::Allowed);
+        assert_eq!(v[1], Decision::Allowed);
+        assert!(matches!(
+            v[2],
+            Decision::ShadowLimited(OverLimit {
+                limit: 0,
+                status: 429,
+                ..
+            })
+        ));
+        assert!(matches!(v[3], Decision::ShadowLimited(_)));
+    }
+
+    #[test]
+    fn header_keyed_limits_split_by_value() {
+        let (cfg, mut lim, store) = setup(
+            r#"{"limits":[{"name":"k","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"header:x-api-key"}]}"#,
+        );
+        for (r, n, want) in [
+            (keyed(&[b"a"]), 5, 2),
+            (keyed(&[b"b"]), 5, 2),
+            (req("/", "1.1.1.1:1"), 5, 2),
+            // An exhausted key listed behind a fresh one (second line, or comma list) is
+            // still charged: the request is rejected and the fresh key keeps its tokens.
+            (keyed(&[b"fresh", b"a"]), 3, 0),
+            (keyed(&[b" fresh , , a "]), 3, 0),
+            (keyed(&[b"fresh"]), 5, 2),
+            // A blank header is the same key as a missing one (exhausted above).
+            (keyed(&[b"  "]), 2, 0),
+        ] {
+            assert_eq!(
+                count_allowed(&cfg, &mut lim, &store, &r, Class::Human, n),
+                want,
+                "{:?}",
+                r.headers
+            );
+        }
+    }
+
+    /// `n` distinct key values `k0`..`k<n-1>`, one per line, after `first`.
+    fn many_values(first: &[u8], n: usize) -> TestReq {
+        let mut v: Vec<Vec<u8>> = vec![first.to_vec()];
+        v.extend((0..n).map(|i| format!("k{i}").into_bytes()));
+        TestReq {
+            headers: vec![("x-api-key", v)],
+            ..req("/", "1.1.1.1:1")
+        }
+    }
+
+    #[test]
+    fn more_than_max_key_values_is_malformed_and_charges_nothing() {
+        const LIMITS: &str = r#""limits":[
+            {"name":"ip","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"client_ip"},
+            {"name":"k","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"header:x-api-key"}]"#;
+        let (cfg, mut lim, store) = setup(&format!("{{{LIMITS}}}"));
+        // One request with key "a": the per-IP bucket and "a" have one token left each.
+        let a = many_values(b"a", 0);
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &a, Class::Human, 1),
+            1
+        );
+        // "a" + 16 fresh values = 17 distinct: malformed, whatever the buckets hold.
+        let padded = many_values(b"a", MAX_KEY_VALUES);
+        for _ in 0..3 {
+            assert_eq!(
+                run(&cfg, &mut lim, &store, &padded, Class::Human).decision,
+                Decision::Malformed { limit: 1 }
+            );
+        }
+        // The per-IP token charged before the key limit was refunded each time: one left
+        // for "a" (which then has one token of its own left), none after.
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &a, Class::Human, 3),
+            1
+        );
+        // Exactly 16 distinct values ("a", "k0".."k14"): every one is charged.
+        let (cfg, mut lim, store) = setup(
+            r#"{"limits":[{"name":"k","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"header:x-api-key"}]}"#,
+        );
+        let sixteen = many_values(b"a", MAX_KEY_VALUES - 1);
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &sixteen, Class::Human, 3),
+            2
+        );
+        let k14 = many_values(b"k14", 0);
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &k14, Class::Human, 1),
+            0,
+            "the last of the 16 values was charged by both requests"
+        );
+        let k15 = many_values(b"k15", 0);
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &k15, Class::Human, 3),
+            2
+        );
+        // Shadow mode: counted as malformed, never rejected, nothing charged.
+        let (cfg, mut lim, store) = setup(&format!("{{\"mode\":\"shadow\",{LIMITS}}}"));
+        for _ in 0..3 {
+            assert_eq!(
+                run(&cfg, &mut lim, &store, &padded, Class::Human).decision,
+                Decision::ShadowMalformed { limit: 1 }
+            );
+        }
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &a, Class::Human, 3),
+            2
+        );
+    }
+
+    #[test]
+    fn another_slot_count_or_seed_starts_every_bucket_full_again() {
+        let doc = |slots: u32, seed: u64| {
+            format!(
+                r#"{{"store":{{"slots":{slots},"hash_seed":{seed}}},"limits":[{{"name":"ip","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"client_ip"}}]}}"#
+            )
+        };
+        let store = MemStore::default();
+        let clients: Vec<String> = (1..=20).map(|i| format!("10.0.0.{i}:1")).collect();
+        let run = |json: &str, n: usize| -> Vec<usize> {
+            let cfg = config::parse(json.as_bytes()).expect("valid config");
+            let mut lim = Limiter::new(&cfg);
+            assert!(lim.table().precreate(&store).is_ok());
+            clients
+                .iter()
+                .map(|c| count_allowed(&cfg, &mut lim, &store, &req("/", c), Class::Human, n))
+                .collect()
+        };
+        // Same shared store throughout, as across configurations of one Envoy.
+        assert_eq!(run(&doc(64, 1), 3), vec![2; 20]);
+        // Same shape, new Limiter (a configuration push): every bucket is kept.
+        assert_eq!(run(&doc(64, 1), 3), vec![0; 20]);
+        // 64 -> 128 slots (half the keys' first slot would not move): all start full.
+        assert_eq!(run(&doc(128, 1), 3), vec![2; 20]);
+        assert_eq!(run(&doc(128, 2), 3), vec![2; 20]);
+    }
+
+    #[test]
+    fn key_values_split_dedupe_and_trim() {
+        let lines = vec![b"a, b".to_vec(), b" a ,c,,".to_vec(), b"".to_vec()];
+        assert_eq!(key_values(&lines), vec![&b"a"[..], b"b", b"c"]);
+        assert!(key_values(&[]).is_empty());
+        assert!(key_values(&[b" , ".to_vec()]).is_empty());
+        // Collection stops one past the maximum.
+        let huge: Vec<u8> = (0..10_000)
+            .map(|i| format!("v{i},"))
+            .collect::<String>()
+            .into_bytes();
+        assert_eq!(key_values(&[huge]).len(), MAX_KEY_VALUES + 1);
+    }
+
+    #[test]
+    fn ipv6_clients_in_one_64_share_a_bucket() {
+        let (cfg, mut lim, store) = setup(TWO_LIMITS);
+        let a = req("/", "[2001:db8:1:2::a]:1");
+        let b = req("/", "[2001:db8:1:2::b]:1");
+        let c = req("/", "[2001:db8:1:3::a]:1");
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &a, Class::Human, 3),
+            3
+        );
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &b, Class::Human, 5),
+            2
+        );
+        assert_eq!(
+            count_allowed(&cfg, &mut lim, &store, &c, Class::Human, 9),
+            5
+        );
+    }
+
+    #[test]
+    fn store_faults_fall_back_and_still_limit() {
+        for fault in [Fault::Error, Fault::CasMismatch, Fault::Truncate] {
+            let (cfg, mut lim, store) = setup(TWO_LIMITS);
+            store.fault.set(fault);
+            let r = req("/", "9.9.9.9:1");
+            let outs: Vec<_> = (0..8)
+                .map(|_| run(&cfg, &mut lim, &store, &r, Class::Human))
+                .collect();
+            let allowed = outs
+                .iter()
+                .filter(|o| o.decision == Decision::Allowed)
+                .count();
+            assert_eq!(allowed, 5, "{fault:?}");
+            assert!(outs.iter().all(|o| o.store.fell_back()), "{fault:?}");
+            assert!(outs.iter().all(|o| matches!(
+                o.decision,
+                Decision::Allowed | Decision::Limited(OverLimit { status: 429, .. })
+            )));
+        }
+    }
+
+    /// A limiter with `slots` bucket slots and a 16-key fallback, over a fresh store.
+    fn bare(slots: u32) -> (Limiter, MemStore) {
+        let cfg = config::parse(
+            format!(r#"{{"store":{{"slots":{slots},"cas_retries":4,"fallback_buckets":16}}}}"#)
+                .as_bytes(),
+        )
+        .expect("valid config");
+        let lim = Limiter::new(&cfg);
+        let store = MemStore::default();
+        assert_eq!(lim.table().precreate(&store), Ok(slots as usize));
+        (lim, store)
+    }
+
+    fn fp_key(fp: u64) -> StateKey {
+        StateKey { fp, overflow_fp: 0 }
+    }
+
+    /// A global limit of `rate` (no compliance tracking).
+    fn limit_of(rate: Rate) -> Limit {
+        Limit {
+            name: "t".into(),
+            class: None,
+            route: None,
+            rate_per_s: 1e9 / rate.emission_ns as f64,
+            burst: rate.burst,
+            rate,
+            key: KeyKind::Global,
+            mode: Mode::Enforce,
+            cost: None,
+        }
+    }
+
+    /// Charges key `fp` one token: (allowed, store events, where it was taken).
+    fn charge_at(
+        lim: &mut Limiter,
+        store: &MemStore,
+        fp: u64,
+        now: u64,
+        rate: Rate,
+    ) -> (bool, StoreEvents, Option<Placed>) {
+        let mut ev = StoreEvents::default();
+        let cfg = config::parse(b"").expect("default");
+        let policy = *cfg.policy(Class::Human);
+        let (c, _, at) = lim.charge(
+            store,
+            fp_key(fp),
+            now,
+            &limit_of(rate),
+            1,
+            &policy,
+            false,
+            &mut ev,
+        );
+        (c == Charged::Allowed, ev, at)
+    }
+
+    /// Charges key `fp` one token: (allowed, store events).
+    fn charge(
+        lim: &mut Limiter,
+        store: &MemStore,
+        fp: u64,
+        now: u64,
+        rate: Rate,
+    ) -> (bool, StoreEvents) {
+        let (ok, ev, _) = charge_at(lim, store, fp, now, rate);
+        (ok, ev)
+    }
+
+    use crate::bucket::Rate;
+
+    #[test]
+    fn a_shared_bucket_allows_exactly_burst_and_memory_is_bounded_by_slots() {
+        let (mut lim, store) = bare(128);
+        let rate = Rate::new(1.0, 5);
+        let n = (0..20)
+            .filter(|_| charge(&mut lim, &store, 77, T0, rate).0)
+            .count();
+        assert_eq!(n, 5);
+        assert!(lim.fallback().is_empty());
+        for fp in 1..10_000u64 {
+            let _ = charge(&mut lim, &store, fp, T0 + fp, rate);
+        }
+        assert_eq!(store.len(), 128);
+        assert!(lim.fallback().len() <= 16);
+    }
+
+    #[test]
+    fn colliding_keys_are_not_merged_and_an_idle_slot_is_taken_over() {
+        // One slot: both candidates are the same slot.
+        let (mut lim, store) = bare(1);
+        let rate = Rate::new(1.0, 2);
+        assert!(charge(&mut lim, &store, 1, T0, rate).0);
+        // Key 2 cannot share key 1's active bucket: it falls back, counted as a collision,
+        // and still gets its own full burst.
+        let (ok, ev) = charge(&mut lim, &store, 2, T0, rate);
+        assert!(ok);
+        assert_eq!(ev.collisions, 1);
+        assert!(charge(&mut lim, &store, 2, T0, rate).0);
+        assert!(!charge(&mut lim, &store, 2, T0, rate).0);
+        // Key 1 still has exactly one token left.
+        assert!(charge(&mut lim, &store, 1, T0, rate).0);
+        assert!(!charge(&mut lim, &store, 1, T0, rate).0);
+        // Two seconds later key 1's bucket is full again, so key 3 may own the slot.
+        let (ok, ev) = charge(&mut lim, &store, 3, T0 + 2 * NS_PER_S, rate);
+        assert!(ok);
+        assert!(!ev.fell_back());
+    }
+
+    #[test]
+    fn store_faults_fall_back_to_a_local_bucket_with_the_same_limit() {
+        let (mut lim, store) = bare(8);
+        store.fault.set(Fault::Error);
+        let rate = Rate::new(1.0, 3);
+        let charges: Vec<_> = (0..5)
+            .map(|_| charge(&mut lim, &store, 9, T0, rate))
+            .collect();
+        assert!(charges.iter().all(|(_, ev)| ev.errors == 1));
+        assert_eq!(charges.iter().filter(|(ok, _)| *ok).count(), 3);
+    }
+
+    #[test]
+    fn cas_always_mismatching_falls_back_after_bounded_retries() {
+        let (mut lim, store) = bare(8);
+        store.fault.set(Fault::CasMismatch);
+        let rate = Rate::new(1.0, 2);
+        store.calls.set(0);
+        let (ok, ev) = charge(&mut lim, &store, 9, T0, rate);
+        assert!(ok);
+        assert_eq!(ev.cas_exhausted, 1);
+        // 5 attempts (1 + cas_retries 4), each: get slot a (free), get slot b (to be sure
+        // the key does not already own it), one set.
+        assert_eq!(store.calls.get(), 15);
+        assert!(charge(&mut lim, &store, 9, T0, rate).0);
+        assert!(!charge(&mut lim, &store, 9, T0, rate).0);
+    }
+
+    #[test]
+    fn truncated_slot_bytes_are_overwritten_and_still_limit() {
+        let (mut lim, store) = bare(8);
+        store.fault.set(Fault::Truncate);
+        let rate = Rate::new(1.0, 2);
+        let charges: Vec<_> = (0..5)
+            .map(|_| charge(&mut lim, &store, 9, T0, rate))
+            .collect();
+        // Every read is truncated: each charge is decided by the local bucket, which still
+        // limits at the same burst.
+        assert!(charges.iter().all(|(_, ev)| ev.corrupt == 1));
+        assert_eq!(charges.iter().filter(|(ok, _)| *ok).count(), 2);
+        // Once the store is healthy again the reset slot is used normally.
+        store.fault.set(Fault::None);
+        let (_, ev) = charge(&mut lim, &store, 10, T0, rate);
+        assert!(!ev.fell_back());
+    }
+
+    #[test]
+    fn refund_restores_shared_and_local_tokens() {
+        let (mut lim, store) = bare(8);
+        let rate = Rate::new(1.0, 1);
+        let (_, _, at) = charge_at(&mut lim, &store, 5, T0, rate);
+        let at = at.expect("allowed");
+        assert!(matches!(at, Placed::Shared(_)));
+        assert!(!charge(&mut lim, &store, 5, T0, rate).0);
+        lim.refund(&store, fp_key(5), at, rate, 1);
+        assert!(charge(&mut lim, &store, 5, T0, rate).0);
+
+        store.fault.set(Fault::Error);
+        let (_, _, at) = charge_at(&mut lim, &store, 6, T0, rate);
+        let at = at.expect("allowed");
+        assert_eq!(at, Placed::Local(LocalPlace::Own));
+        lim.refund(&store, fp_key(6), at, rate, 1);
+        assert!(charge(&mut lim, &store, 6, T0, rate).0);
+    }
+}
