@@ -127,6 +127,8 @@ pub struct RequestState {
     route: usize,
     /// When the limits let it through, ns (only when shedding measures the origin).
     sent_at_ns: Option<u64>,
+    /// The limit (index in [`Config::limits`]) that would have rejected it in shadow mode.
+    shadow_limit: Option<usize>,
 }
 
 impl RequestState {
@@ -146,6 +148,13 @@ impl RequestState {
     /// True once crawlguard answered the request itself.
     pub fn replied(&self) -> bool {
         matches!(self.phase, Phase::Replied)
+    }
+
+    /// The limit (index in [`Config::limits`]) that would have rejected the request had it
+    /// been enforced: set when a limit in shadow mode counted it `shadow_limited` and it was
+    /// forwarded anyway (what `crawlguard replay` reports per limit).
+    pub fn shadow_limited_by(&self) -> Option<usize> {
+        self.shadow_limit
     }
 
     /// Request headers arrived. `me` is this request's own handle and `context` its
@@ -248,6 +257,7 @@ impl RequestState {
             Decision::Limited(r) => r,
             Decision::ShadowLimited(r) => {
                 // Shadow mode: say what enforcement would have done, then forward.
+                self.shadow_limit = Some(r.limit);
                 log::debug!(
                     "shadow_limited class={} route={} limit={} retry_after_s={} status={}",
                     class.as_str(),

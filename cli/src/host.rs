@@ -375,6 +375,7 @@ impl ReplayProxy {
             policy: self.host.req.policy.take(),
             normalised: false,
             unresolved: state.borrow().is_awaiting_verdict(),
+            shadow_limit: state.borrow().shadow_limited_by(),
         };
         let forwarded = state.borrow().forwarded_class().is_some();
         let cfg = &self.worker.cfg;
@@ -413,4 +414,7 @@ pub struct Outcome {
     pub normalised: bool,
     /// Still paused for a verdict after every callout was answered (a bug if ever true).
     pub unresolved: bool,
+    /// Forwarded although this limit (index in `Config::limits`), in shadow mode, would
+    /// have rejected it (counted `shadow_limited`).
+    pub shadow_limit: Option<usize>,
 }

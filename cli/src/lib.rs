@@ -3,7 +3,8 @@
 //! drive each part:
 //! - [`report`]: per class and bot id, what an access log says happened;
 //! - [`replay`]: what a configuration would have done to a log's traffic, with the filter's
-//!   own decision code ([`crawlguard::fake_host::FakeProxy`]) on a virtual clock;
+//!   own request machine and worker (driven by [`host`], a one-request `Host`) on a
+//!   virtual clock;
 //! - [`check`]: configuration validation, exactly as `on_configure` does it;
 //! - [`cli`]: the command line (clap) and the subcommands' output.
 //!

@@ -8,11 +8,12 @@
 //! like the sidecar would ([`Offline`]), or, without it, `unknown` (claims stay
 //! `unverified_bot`, as when no verifier is reachable).
 //!
-//! Two settings are changed in the replayed copy of the configuration, neither of which
-//! changes a decision: `mode: shadow` runs as `enforce` (shadow mode decides exactly as
-//! enforce does, refunds included, and only forwards instead of rejecting; the output says
-//! "would be shadow-limited"), and `ratelimit_headers` is on, so each rejection names its
-//! limit.
+//! Shadow mode (the global `mode`, or a limit's own `limits[].mode`) is replayed as it is:
+//! a request a shadow limit would have rejected is forwarded, and counted `shadow_limited`
+//! against that limit, as the filter counts it.
+//!
+//! One setting is changed in the replayed copy of the configuration: `ratelimit_headers` is
+//! on, so each rejection names its limit (it changes no decision).
 
 use crate::host::{ReplayProxy, Request};
 use crate::logfmt::Record;
@@ -35,23 +36,32 @@ pub const SCHEMA: &str = "crawlguard.replay/v1";
 /// The rejection share above which a verified-crawler class gets a warning.
 pub const CRAWLER_WARN_SHARE: f64 = 0.01;
 
-/// Admitted / rejected counts.
+/// Admitted / rejected / shadow-limited counts.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Counts {
-    /// Forwarded upstream (passed every matching limit).
+    /// Forwarded upstream, every matching limit passed (the filter's `allowed`).
     pub admitted: u64,
-    /// Rejected by crawlguard (429 or 503).
+    /// Rejected by crawlguard (429 or 503; the filter's `limited`).
     pub rejected: u64,
+    /// Forwarded, but a limit in shadow mode would have rejected it (the filter's
+    /// `shadow_limited`).
+    pub shadow_limited: u64,
 }
 
 impl Counts {
     fn total(&self) -> u64 {
-        self.admitted + self.rejected
+        self.admitted + self.rejected + self.shadow_limited
     }
 }
 
 /// Predicted decision columns of the status matrix.
-const PREDICTED: [&str; 4] = ["admitted", "rejected 429", "rejected 503", "exempt"];
+const PREDICTED: [&str; 5] = [
+    "admitted",
+    "rejected 429",
+    "rejected 503",
+    "shadow-limited",
+    "exempt",
+];
 /// Actual status rows of the status matrix.
 const ACTUAL: [&str; 7] = ["2xx", "3xx", "4xx", "429", "503", "5xx", "other"];
 
@@ -70,7 +80,7 @@ fn actual_row(status: u16) -> usize {
 /// A replay in progress.
 pub struct Replay {
     proxy: ReplayProxy,
-    /// The configuration as given (mode as configured).
+    /// The configuration's global mode is shadow.
     shadow: bool,
     speed: f64,
     offline: Option<Offline>,
@@ -83,12 +93,13 @@ pub struct Replay {
     pub classes: [Counts; 8],
     /// Per route index (`routes.len()` = `default`).
     pub routes: Vec<Counts>,
-    /// Per limit: requests that matched it and were admitted, and rejections it caused.
+    /// Per limit: forwarded requests it applied to and did not object to, rejections it
+    /// caused, and requests it would have rejected in shadow mode.
     pub limits: Vec<Counts>,
     /// Exempt paths (never limited, no class).
     pub exempt: u64,
     /// Actual status (rows, [`ACTUAL`]) x predicted decision (columns, [`PREDICTED`]).
-    pub matrix: [[u64; 4]; 7],
+    pub matrix: [[u64; 5]; 7],
     /// Clients by rejections.
     pub limited_clients: Heavy<Client, Option<Class>>,
     /// Verifier answers given, by bot and verdict.
@@ -107,7 +118,6 @@ impl Replay {
     /// A replay of `cfg` at `speed` (log seconds per replayed second, >= 1 compresses).
     pub fn new(mut cfg: Config, speed: f64, offline: Option<Offline>) -> Replay {
         let shadow = cfg.mode == Mode::Shadow;
-        cfg.mode = Mode::Enforce;
         cfg.ratelimit_headers = true;
         let limit_index = cfg
             .limits
@@ -136,7 +146,7 @@ impl Replay {
             routes,
             limits,
             exempt: 0,
-            matrix: [[0; 4]; 7],
+            matrix: [[0; 5]; 7],
             limited_clients: Heavy::new(crate::report::TALKER_CAPACITY),
             verdicts: BTreeMap::new(),
             normalised: 0,
@@ -146,7 +156,7 @@ impl Replay {
         }
     }
 
-    /// The configuration being replayed (mode forced to enforce, see the module docs).
+    /// The configuration being replayed (`ratelimit_headers` on, see the module docs).
     pub fn config(&self) -> &Config {
         &self.proxy.worker.cfg
     }
@@ -254,30 +264,46 @@ impl Replay {
                     .add(&Client::from_log(r.client), |c| *c = Some(class));
             }
             (None, Some(class)) => {
+                let shadow = out.shadow_limit;
+                let tally = |c: &mut Counts| {
+                    if shadow.is_some() {
+                        c.shadow_limited += 1;
+                    } else {
+                        c.admitted += 1;
+                    }
+                };
                 if let Some(c) = self.classes.get_mut(class.index()) {
-                    c.admitted += 1;
+                    tally(c);
                 }
                 if let Some(c) = self.routes.get_mut(route) {
-                    c.admitted += 1;
+                    tally(c);
                 }
                 let cfg = &self.proxy.worker.cfg;
                 for (i, l) in cfg.limits.iter().enumerate() {
                     let matches =
                         l.class.is_none_or(|c| c == class) && l.route.is_none_or(|rt| rt == route);
-                    if matches {
-                        if let Some(c) = self.limits.get_mut(i) {
+                    if let Some(c) = self.limits.get_mut(i).filter(|_| matches) {
+                        if shadow == Some(i) {
+                            c.shadow_limited += 1;
+                        } else {
                             c.admitted += 1;
                         }
                     }
                 }
-                self.bump(row, 0);
+                if shadow.is_some() {
+                    self.bump(row, 3);
+                    self.limited_clients
+                        .add(&Client::from_log(r.client), |c| *c = Some(class));
+                } else {
+                    self.bump(row, 0);
+                }
                 if out.normalised {
                     self.normalised += 1;
                 }
             }
             (None, None) => {
                 self.exempt += 1;
-                self.bump(row, 3);
+                self.bump(row, 4);
             }
         }
     }
@@ -300,23 +326,32 @@ impl Replay {
                     admitted: n.admitted,
                     rejected: n.rejected,
                     rejected_share: share(n.rejected, n.total()),
+                    shadow_limited: n.shadow_limited,
+                    shadow_limited_share: share(n.shadow_limited, n.total()),
                 })
             })
             .collect::<Vec<_>>();
+        // A shadow limit's would-be rejections count: they are what enforcing it would send.
         let warnings = classes
             .iter()
             .filter(|c| {
                 Class::parse(c.class).is_some_and(Class::is_crawler)
-                    && c.rejected_share > CRAWLER_WARN_SHARE
+                    && c.rejected_share + c.shadow_limited_share > CRAWLER_WARN_SHARE
             })
             .map(|c| {
+                let total = c.admitted + c.rejected + c.shadow_limited;
                 format!(
-                    "verified crawlers of class {} would see {:.1}% rejections ({} of {}): \
+                    "verified crawlers of class {} would see {:.1}% rejections ({} of {}{}): \
                      over the 1% that makes search engines and AI crawlers back off",
                     c.class,
-                    c.rejected_share * 100.0,
-                    c.rejected,
-                    c.admitted + c.rejected
+                    share(c.rejected + c.shadow_limited, total) * 100.0,
+                    c.rejected + c.shadow_limited,
+                    total,
+                    if c.shadow_limited > 0 {
+                        format!(", {} of them by limits in shadow mode", c.shadow_limited)
+                    } else {
+                        String::new()
+                    }
                 )
             })
             .collect();
@@ -361,6 +396,7 @@ impl Replay {
                     route: cfg.route_name(i).to_string(),
                     admitted: c.admitted,
                     rejected: c.rejected,
+                    shadow_limited: c.shadow_limited,
                 })
                 .collect(),
             limits: cfg
@@ -379,8 +415,10 @@ impl Replay {
                     },
                     rate_per_s: l.rate_per_s,
                     burst: l.burst,
+                    mode: mode_str(l.mode),
                     admitted: c.admitted,
                     rejected: c.rejected,
+                    shadow_limited: c.shadow_limited,
                 })
                 .collect(),
             exempt: self.exempt,
@@ -392,7 +430,8 @@ impl Replay {
                     admitted: row[0],
                     rejected_429: row[1],
                     rejected_503: row[2],
-                    exempt: row[3],
+                    shadow_limited: row[3],
+                    exempt: row[4],
                 })
                 .collect(),
             normalised_upstream: self.normalised,
@@ -420,6 +459,13 @@ impl Replay {
     }
 }
 
+fn mode_str(m: Mode) -> &'static str {
+    match m {
+        Mode::Enforce => "enforce",
+        Mode::Shadow => "shadow",
+    }
+}
+
 fn share(n: u64, d: u64) -> f64 {
     if d == 0 {
         0.0
@@ -440,7 +486,7 @@ fn fnv(b: &[u8]) -> u64 {
 pub struct ReplayJson {
     /// `crawlguard.replay/v1`.
     pub schema: &'static str,
-    /// The configuration's mode (`shadow`: "rejected" = would be shadow-limited).
+    /// The configuration's global mode (`shadow`: nothing is rejected; see each limit's).
     pub mode: &'static str,
     /// Time compression.
     pub speed: f64,
@@ -505,6 +551,10 @@ pub struct ClassRow {
     pub rejected: u64,
     /// Rejected share (0..1).
     pub rejected_share: f64,
+    /// Shadow-limited (forwarded; a shadow limit would have rejected it).
+    pub shadow_limited: u64,
+    /// Shadow-limited share (0..1).
+    pub shadow_limited_share: f64,
 }
 
 /// One route.
@@ -516,6 +566,8 @@ pub struct RouteRow {
     pub admitted: u64,
     /// Rejected.
     pub rejected: u64,
+    /// Shadow-limited.
+    pub shadow_limited: u64,
 }
 
 /// One limit.
@@ -533,10 +585,14 @@ pub struct LimitRow {
     pub rate_per_s: f64,
     /// Burst.
     pub burst: u32,
-    /// Admitted requests it applied to.
+    /// `enforce` or `shadow` (its own `mode`, else the global one).
+    pub mode: &'static str,
+    /// Forwarded requests it applied to and did not object to.
     pub admitted: u64,
     /// Rejections it caused.
     pub rejected: u64,
+    /// Requests it would have rejected (shadow mode; forwarded).
+    pub shadow_limited: u64,
 }
 
 /// One row of the status matrix.
@@ -550,6 +606,8 @@ pub struct MatrixRow {
     pub rejected_429: u64,
     /// Predicted rejected with 503.
     pub rejected_503: u64,
+    /// Predicted forwarded, shadow-limited.
+    pub shadow_limited: u64,
     /// Exempt path.
     pub exempt: u64,
 }
@@ -577,9 +635,24 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
         j.replayed_seconds,
         j.verification
     );
+    // Columns for shadow limits only when the configuration has some.
+    let shadow_limits: Vec<&str> = j
+        .limits
+        .iter()
+        .filter(|l| l.mode == "shadow")
+        .map(|l| l.limit.as_str())
+        .collect();
+    let any_shadow = !shadow_limits.is_empty();
     if j.mode == "shadow" {
-        out += "  mode shadow: this configuration forwards everything; \"rejected\" below is \
-                what it would count as shadow_limited\n";
+        out += "  mode shadow: limits in shadow mode reject nothing; \"shadow-limited\" below is \
+                what the filter would count as shadow_limited (enforcing can reject more: \
+                escalation applies to enforced limits only)\n";
+    } else if any_shadow {
+        out += &format!(
+            "  limits in shadow mode ({}) reject nothing; \"shadow-limited\" below is what \
+             they would have rejected\n",
+            shadow_limits.join(", ")
+        );
     }
     if !j.verdicts.is_empty() {
         out += "\nverifier callouts answered\n";
@@ -593,44 +666,78 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
         }
         out += &t.render();
     }
+    let shadow_head: &[&str] = if any_shadow {
+        &["shadow-limited", "shadow-limited %"]
+    } else {
+        &[]
+    };
     out += "\nper class\n";
-    let mut t = Table::new(["class", "requests", "admitted", "rejected", "rejected %"]);
+    let mut t = Table::new(
+        ["class", "requests", "admitted", "rejected", "rejected %"]
+            .iter()
+            .chain(shadow_head),
+    );
     for c in &j.classes {
-        t.row(vec![
+        let mut row = vec![
             c.class.to_string(),
-            (c.admitted + c.rejected).to_string(),
+            (c.admitted + c.rejected + c.shadow_limited).to_string(),
             c.admitted.to_string(),
             c.rejected.to_string(),
             pct(c.rejected_share),
-        ]);
+        ];
+        if any_shadow {
+            row.push(c.shadow_limited.to_string());
+            row.push(pct(c.shadow_limited_share));
+        }
+        t.row(row);
     }
     if j.exempt > 0 {
-        t.row(vec![
+        let mut row = vec![
             "(exempt paths)".into(),
             j.exempt.to_string(),
             j.exempt.to_string(),
             "0".into(),
             pct(0.0),
-        ]);
+        ];
+        if any_shadow {
+            row.push("0".into());
+            row.push(pct(0.0));
+        }
+        t.row(row);
     }
     out += &t.render();
     out += "\nper route\n";
-    let mut t = Table::new(["route", "admitted", "rejected", "rejected %"]);
+    let mut t = Table::new(
+        ["route", "admitted", "rejected", "rejected %"]
+            .iter()
+            .chain(shadow_head),
+    );
     for r in &j.routes {
-        t.row(vec![
+        let total = r.admitted + r.rejected + r.shadow_limited;
+        let mut row = vec![
             r.route.clone(),
             r.admitted.to_string(),
             r.rejected.to_string(),
-            pct(share(r.rejected, r.admitted + r.rejected)),
-        ]);
+            pct(share(r.rejected, total)),
+        ];
+        if any_shadow {
+            row.push(r.shadow_limited.to_string());
+            row.push(pct(share(r.shadow_limited, total)));
+        }
+        t.row(row);
     }
     out += &t.render();
-    out += "\nper limit (admitted = admitted requests the limit applied to)\n";
-    let mut t = Table::new([
+    out +=
+        "\nper limit (admitted = forwarded requests the limit applied to and did not object to)\n";
+    let mut head = vec![
         "limit", "class", "route", "key", "rate/s", "burst", "admitted", "rejected",
-    ]);
+    ];
+    if any_shadow {
+        head.extend(["mode", "shadow-limited"]);
+    }
+    let mut t = Table::new(head);
     for l in &j.limits {
-        t.row(vec![
+        let mut row = vec![
             l.limit.clone(),
             l.class.to_string(),
             l.route.clone(),
@@ -639,22 +746,36 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
             l.burst.to_string(),
             l.admitted.to_string(),
             l.rejected.to_string(),
-        ]);
+        ];
+        if any_shadow {
+            row.push(l.mode.to_string());
+            row.push(l.shadow_limited.to_string());
+        }
+        t.row(row);
     }
     out += &t.render();
     out += "\nactual status (log) x predicted decision (this configuration)\n";
-    let mut t = Table::new(["actual"].into_iter().chain(PREDICTED));
+    let predicted = PREDICTED
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| any_shadow || *i != 3)
+        .map(|(_, p)| *p);
+    let mut t = Table::new(["actual"].into_iter().chain(predicted));
     for m in &j.status_vs_prediction {
-        if m.admitted + m.rejected_429 + m.rejected_503 + m.exempt == 0 {
+        if m.admitted + m.rejected_429 + m.rejected_503 + m.shadow_limited + m.exempt == 0 {
             continue;
         }
-        t.row(vec![
+        let mut row = vec![
             m.actual.to_string(),
             m.admitted.to_string(),
             m.rejected_429.to_string(),
             m.rejected_503.to_string(),
-            m.exempt.to_string(),
-        ]);
+        ];
+        if any_shadow {
+            row.push(m.shadow_limited.to_string());
+        }
+        row.push(m.exempt.to_string());
+        t.row(row);
     }
     out += &t.render();
     if j.normalised_upstream > 0 {
@@ -677,7 +798,12 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
     if j.top_limited_clients.is_empty() {
         out += "  none\n";
     } else {
-        let mut t = Table::new(["client", "rejected", "class"]);
+        let n = if any_shadow {
+            "rejected or shadow-limited"
+        } else {
+            "rejected"
+        };
+        let mut t = Table::new(["client", n, "class"]);
         for c in &j.top_limited_clients {
             t.row(vec![
                 c.client.clone(),
