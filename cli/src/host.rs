@@ -380,7 +380,10 @@ impl ReplayProxy {
         let forwarded = state.borrow().forwarded_class().is_some();
         let cfg = &self.worker.cfg;
         // The upstream answered as it did in the log: the response path runs when that
-        // status is one it acts on (for any other it returns at once).
+        // status is one it rewrites. For any other status it would only settle cost
+        // reservations (with no cost header in a log: at the reservation, which changes
+        // nothing), remove cost headers (there are none) and time the origin for shedding
+        // (off in a replay), so it is skipped.
         let acts = cfg.rewrite.enabled
             && (cfg.rewrite.statuses.contains(&status)
                 || (status == 200 && cfg.degraded.is_some()));

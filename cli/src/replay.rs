@@ -12,8 +12,13 @@
 //! a request a shadow limit would have rejected is forwarded, and counted `shadow_limited`
 //! against that limit, as the filter counts it.
 //!
-//! One setting is changed in the replayed copy of the configuration: `ratelimit_headers` is
-//! on, so each rejection names its limit (it changes no decision).
+//! Two settings are changed in the replayed copy of the configuration: `ratelimit_headers`
+//! is on, so each rejection names its limit (it changes no decision), and `shedding` is off:
+//! shedding follows the origin's response times under the load the configuration lets
+//! through, which no log of other traffic can give, so a replay does not shed (and says so).
+//! What else a log cannot tell is said in the output too: limits keyed by a request header
+//! see it missing, and cost-based limits settle every request at its reservation (the cost
+//! is a response header, not logged).
 
 use crate::host::{ReplayProxy, Request};
 use crate::logfmt::Record;
@@ -82,6 +87,8 @@ pub struct Replay {
     proxy: ReplayProxy,
     /// The configuration's global mode is shadow.
     shadow: bool,
+    /// The configuration sheds load (`shedding.enabled`); not replayed.
+    shedding: bool,
     speed: f64,
     offline: Option<Offline>,
     first_ms: Option<i64>,
@@ -118,7 +125,9 @@ impl Replay {
     /// A replay of `cfg` at `speed` (log seconds per replayed second, >= 1 compresses).
     pub fn new(mut cfg: Config, speed: f64, offline: Option<Offline>) -> Replay {
         let shadow = cfg.mode == Mode::Shadow;
+        let shedding = cfg.shedding.enabled;
         cfg.ratelimit_headers = true;
+        cfg.shedding.enabled = false;
         let limit_index = cfg
             .limits
             .iter()
@@ -131,6 +140,7 @@ impl Replay {
         Replay {
             proxy,
             shadow,
+            shedding,
             speed: if speed.is_finite() && speed > 0.0 {
                 speed
             } else {
@@ -156,7 +166,8 @@ impl Replay {
         }
     }
 
-    /// The configuration being replayed (`ratelimit_headers` on, see the module docs).
+    /// The configuration being replayed (`ratelimit_headers` on, `shedding` off, see the
+    /// module docs).
     pub fn config(&self) -> &Config {
         &self.proxy.worker.cfg
     }
@@ -416,6 +427,7 @@ impl Replay {
                     rate_per_s: l.rate_per_s,
                     burst: l.burst,
                     mode: mode_str(l.mode),
+                    cost_reserve: l.cost.as_ref().map(|c| c.reserve),
                     admitted: c.admitted,
                     rejected: c.rejected,
                     shadow_limited: c.shadow_limited,
@@ -453,6 +465,18 @@ impl Replay {
                 .filter(|l| matches!(l.key, KeyKind::Header(_)))
                 .map(|l| l.name.clone())
                 .collect(),
+            cost_limits: cfg
+                .limits
+                .iter()
+                .filter_map(|l| {
+                    let c = l.cost.as_ref()?;
+                    Some(format!(
+                        "{} (reserve {}, from {})",
+                        l.name, c.reserve, c.from_response_header
+                    ))
+                })
+                .collect(),
+            shedding_not_replayed: self.shedding,
             unresolved: self.unresolved,
             warnings,
         }
@@ -523,6 +547,12 @@ pub struct ReplayJson {
     /// Limits keyed by a request header (access logs carry none: every request is keyed
     /// as "header missing").
     pub header_keyed_limits: Vec<String>,
+    /// Cost-based limits, as `name (reserve N, from <header>)`: access logs carry no
+    /// response headers, so every forwarded request is settled at its reservation.
+    pub cost_limits: Vec<String>,
+    /// The configuration sheds load (`shedding.enabled`), which a replay does not model:
+    /// no request is shed.
+    pub shedding_not_replayed: bool,
     /// Requests left waiting for a verdict (0 unless something is wrong).
     pub unresolved: u64,
     /// Warnings (a verified-crawler class over 1% rejections).
@@ -587,6 +617,8 @@ pub struct LimitRow {
     pub burst: u32,
     /// `enforce` or `shadow` (its own `mode`, else the global one).
     pub mode: &'static str,
+    /// Tokens a request reserves (cost-based limits; `null`: one token per request).
+    pub cost_reserve: Option<u32>,
     /// Forwarded requests it applied to and did not object to.
     pub admitted: u64,
     /// Rejections it caused.
@@ -826,6 +858,22 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
              request headers, so those requests share the \"missing\" key",
             j.header_keyed_limits.join(", ")
         ));
+    }
+    if !j.cost_limits.is_empty() {
+        notes.push(format!(
+            "cost-based limits ({}) charge every forwarded request its reserve: the actual \
+             cost is a response header, which access logs do not carry, so each request is \
+             settled at its reservation (as the filter settles a missing header)",
+            j.cost_limits.join(", ")
+        ));
+    }
+    if j.shedding_not_replayed {
+        notes.push(
+            "shedding is enabled but not replayed: it follows the origin's response times \
+             under the load this configuration would let through, which a log of other \
+             traffic cannot give; no request was shed"
+                .to_string(),
+        );
     }
     if j.unresolved > 0 {
         notes.push(format!(

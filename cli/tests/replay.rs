@@ -1,6 +1,7 @@
 //! `crawlguard replay`: the filter's own decisions on the repository's real access log, with
 //! and without offline verification, in shadow mode (global and per limit), at other speeds;
-//! the warning for verified crawlers; `--json`.
+//! the warning for verified crawlers; what a log cannot tell (cost headers, origin times for
+//! shedding) said in the output; `--json`.
 
 use crawlguard::config;
 use crawlguard_cli::input;
@@ -110,6 +111,8 @@ fn default_configuration_in_real_time_without_verification() {
         serde_json::json!({"actual": "2xx", "admitted": 8_804, "rejected_429": 186,
                            "rejected_503": 0, "shadow_limited": 0, "exempt": 180})
     );
+    assert_eq!(j["cost_limits"], serde_json::json!([]));
+    assert_eq!(j["shedding_not_replayed"], false);
     assert_eq!(
         j["top_limited_clients"][0],
         serde_json::json!({"client": "66.249.73.135", "rejected": 120, "class": "unverified_bot"})
@@ -246,6 +249,71 @@ fn a_limit_in_shadow_mode_beside_enforced_ones() {
 }
 
 #[test]
+fn what_a_log_cannot_tell_is_said() {
+    // Cost-based limits: the cost is a response header, not in access logs; every request
+    // is settled at its reservation (as the filter settles a missing header).
+    let costs = r#"{"limits":[
+        {"name":"items","class":"*","route":"*","rate_per_s":5,"burst":60,"key":"client_ip",
+         "cost":{"reserve":3,"from_response_header":"x-crawlguard-cost"}}]}"#;
+    let j = replay(costs, 1.0, &[]);
+    assert_eq!(
+        j["cost_limits"],
+        serde_json::json!(["items (reserve 3, from x-crawlguard-cost)"])
+    );
+    // 60 tokens at 3 a request and 5/s: 20 requests of burst, one every 0.6 s after.
+    assert_eq!(limit(&j, "items"), (9_085, 733));
+    assert_eq!(j["limits"][0]["cost_reserve"], 3);
+    let text = replay_text(costs);
+    assert!(text.contains(
+        "\nnotes\n  cost-based limits (items (reserve 3, from x-crawlguard-cost)) charge every \
+         forwarded request its reserve: the actual cost is a response header, which access \
+         logs do not carry, so each request is settled at its reservation (as the filter \
+         settles a missing header)\n"
+    ));
+    // Shedding: needs the origin's response times under the replayed load.
+    let shed = r#"{"shedding":{"enabled":true,"latency_ms":1}}"#;
+    let j = replay(shed, 1.0, &[]);
+    assert_eq!(j["shedding_not_replayed"], true);
+    // Nothing is shed: the same decisions as without shedding.
+    assert_eq!(class(&j, "unverified_bot"), (924, 215));
+    assert_eq!(class(&j, "human"), (7_262, 0));
+    let text = replay_text(shed);
+    assert!(text.contains(
+        "\nnotes\n  shedding is enabled but not replayed: it follows the origin's response \
+         times under the load this configuration would let through, which a log of other \
+         traffic cannot give; no request was shed\n"
+    ));
+}
+
+#[test]
+fn compressing_time_rejects_more() {
+    let slow = replay("", 1.0, &[]);
+    let fast = replay("", 3_600.0, &[]);
+    assert!((fast["replayed_seconds"].as_f64().unwrap_or(0.0) - 298_856.0 / 3_600.0).abs() < 1e-6);
+    for c in ["human", "unverified_bot", "other_bot", "script"] {
+        let (a, r) = class(&fast, c);
+        let (a1, r1) = class(&slow, c);
+        assert_eq!(a + r, a1 + r1, "{c}");
+        assert!(r >= r1, "{c}: {r} < {r1}");
+    }
+    assert!(class(&fast, "unverified_bot").1 > 209);
+}
+
+#[test]
+fn verified_crawlers_over_one_percent_warn() {
+    let cfg = r#"{"limits":[{"name":"tight","class":"search_crawler","route":"*","rate_per_s":0.001,"burst":20,"key":"client_ip"}]}"#;
+    let j = replay(cfg, 1.0, &[EXAMPLE_TOML]);
+    let (a, r) = class(&j, "search_crawler");
+    assert_eq!(a + r, 524);
+    assert!(r * 100 > a + r, "{a} {r}");
+    let w = j["warnings"][0].as_str().unwrap_or("");
+    assert!(
+        w.starts_with("verified crawlers of class search_crawler would see "),
+        "{w}"
+    );
+}
+
+#[test]
 fn binary_output_json_and_errors() {
     let dir = tempfile::tempdir().expect("tmp");
     let cfg = dir.path().join("cfg.json");
@@ -282,6 +350,8 @@ fn binary_output_json_and_errors() {
         "top_limited_error_bound",
         "no_client_address",
         "header_keyed_limits",
+        "cost_limits",
+        "shedding_not_replayed",
         "unresolved",
         "warnings",
         "inputs",

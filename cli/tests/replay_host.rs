@@ -3,7 +3,7 @@
 //! log: same reply (or none), same class, and at the end every counter equal. `FakeProxy`
 //! runs the full response path for every forwarded request (as Envoy does); the replay host
 //! skips it unless the status is one the filter rewrites, and this shows that changes
-//! nothing.
+//! nothing, cost-based limits included.
 
 use crawlguard::config;
 use crawlguard::fake_host::FakeProxy;
@@ -123,4 +123,13 @@ fn shadow_mode_and_a_shadow_limit() {
         {"name":"trial","class":"*","route":"*","rate_per_s":0.5,"burst":10,"key":"client_ip","mode":"shadow"}
     ]}"#;
     assert_eq!(agree(mixed), (9_999, 768, 783));
+}
+
+#[test]
+fn cost_limits_settle_at_the_reservation() {
+    let costs = r#"{"limits":[
+        {"name":"items","class":"*","route":"*","rate_per_s":5,"burst":60,"key":"client_ip",
+         "cost":{"reserve":3,"from_response_header":"x-crawlguard-cost"}}
+    ]}"#;
+    assert_eq!(agree(costs), (9_999, 733, 0));
 }
