@@ -62,7 +62,9 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Validate filter configurations exactly as the filter's on_configure does: a JSON
     /// document, an Istio WasmPlugin YAML (its pluginConfig) or an Envoy YAML with the wasm
-    /// filter. Exit 1 with `field: reason` on the first error.
+    /// filter. Exit 1 with `field: reason` on the first error. What the filter would log as
+    /// `configuration warning: ...` (valid, probably not meant) is printed one line each;
+    /// warnings do not fail the check.
     CheckConfig(CheckArgs),
     /// Classify User-Agents (arguments, or one per line on stdin): class, bot id, and
     /// whether the claim needs verification.
@@ -338,6 +340,12 @@ fn check_cmd(a: &CheckArgs, out: &mut dyn Write) -> i32 {
                     match c.result {
                         Ok(cfg) => {
                             let _ = writeln!(out, "{f}: {}: ok ({})", c.what, check::summary(&cfg));
+                            // Valid but probably not meant: the lines on_configure logs at
+                            // warn level. They do not fail the check.
+                            for w in &cfg.warnings {
+                                let _ =
+                                    writeln!(out, "{f}: {}: configuration warning: {w}", c.what);
+                            }
                         }
                         Err(e) => {
                             // The same `field: reason` the filter logs at on_configure.

@@ -1,5 +1,6 @@
 //! `crawlguard check-config`: every shipped configuration is accepted, files without one are
-//! refused, and an invalid configuration exits 1 with the filter's own `field: reason`.
+//! refused, an invalid configuration exits 1 with the filter's own `field: reason`, and a
+//! valid one the filter would warn about is accepted with each warning on its own line.
 
 use std::io::Write;
 use std::path::Path;
@@ -44,6 +45,12 @@ fn every_shipped_example_and_istio_file() {
                 assert_eq!(out.status.code(), Some(0), "{name}: {}", text(&out.stderr));
                 assert!(
                     text(&out.stdout).contains(": ok ("),
+                    "{name}: {}",
+                    text(&out.stdout)
+                );
+                // Shipped examples are meant as they are: nothing to warn about.
+                assert!(
+                    !text(&out.stdout).contains("configuration warning"),
                     "{name}: {}",
                     text(&out.stdout)
                 );
@@ -167,4 +174,30 @@ fn invalid_configurations_exit_1_with_the_filters_message() {
     assert!(text(&out.stderr).contains("/nonexistent.json"));
     // No file: a usage error.
     assert_eq!(check(&[]).status.code(), Some(2));
+}
+
+#[test]
+fn load_warnings_are_printed_one_line_each_and_do_not_fail() {
+    // A script limit that refills one token every 100 s, while scripts are told to come
+    // back after at most 30 s.
+    let cfg = r#"{"classes":{"script":{"retry_after":{"max_s":30}}},"limits":[
+        {"name":"slow_scripts","class":"script","route":"*","rate_per_s":0.01,"burst":1,"key":"client_ip"}]}"#;
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dir.path().join("slow.json");
+    std::fs::write(&p, cfg).expect("write");
+    let out = check(&[p.to_str().expect("path")]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    let f = p.display();
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "{f}: configuration: ok (mode enforce, 1 limits, 0 routes, 161 bots, 16384 bucket \
+             slots, verifier cluster \"crawlguard_verifier\")\n\
+             {f}: configuration: configuration warning: limits[0].rate_per_s: limit \
+             \"slow_scripts\" refills one token every 100 s (1 / rate_per_s), longer than \
+             classes.script.retry_after.max_s (30 s): a client of class script that waits \
+             Retry-After can be rejected again\n"
+        )
+    );
 }
