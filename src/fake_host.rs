@@ -71,10 +71,14 @@ pub struct SentCallout {
     pub token: u32,
     /// Cluster.
     pub cluster: String,
+    /// `:method`.
+    pub method: String,
     /// `:path`.
     pub path: String,
     /// Timeout, ms.
     pub timeout_ms: u64,
+    /// Request body.
+    pub body: Vec<u8>,
 }
 
 /// The in-memory [`Host`].
@@ -226,8 +230,9 @@ impl Host for FakeHost {
         Ok(())
     }
 
-    fn increment(&mut self, id: u32) {
-        *self.counters.entry(id).or_insert(0) += 1;
+    fn add_to_counter(&mut self, id: u32, n: u64) {
+        let c = self.counters.entry(id).or_insert(0);
+        *c = c.saturating_add(n);
     }
 
     fn set_gauge(&mut self, id: u32, value: u64) {
@@ -246,8 +251,10 @@ impl Host for FakeHost {
         self.callouts.push(SentCallout {
             token,
             cluster: c.cluster.to_string(),
+            method: c.method.to_string(),
             path: c.path.to_string(),
             timeout_ms: c.timeout_ms,
+            body: c.body.to_vec(),
         });
         Ok(token)
     }

@@ -6,17 +6,12 @@ use crate::config;
 use crate::metrics::Metrics;
 use crate::request::{RequestState, Step};
 use crate::store::{self, StoreShape};
-use crate::verification::MAX_VERIFIER_BODY;
 use crate::wasm_host::{self, HostStore, WasmHost};
 use crate::worker::Worker;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType};
 use std::cell::RefCell;
 use std::rc::Rc;
-
-/// Root tick period, ms: merges the origin-health counts and moves shed levels, and is the
-/// safety net that resumes requests paused past their deadline.
-const TICK_MS: u32 = 1_000;
 
 fn action(step: Step) -> Action {
     match step {
@@ -37,7 +32,7 @@ impl Context for Root {
         let Some(w) = self.worker.clone() else {
             return;
         };
-        let (status, body) = wasm_host::callout_response(body_size, MAX_VERIFIER_BODY);
+        let (status, body) = wasm_host::callout_response(body_size, w.callout_body_limit(token));
         w.on_callout_response(&mut self.host, token, status.as_deref(), &body);
     }
 
@@ -88,9 +83,10 @@ impl RootContext for Root {
         if self.host.queue.is_none() {
             log::warn!("could not register shared queue {name}: verifier callouts are errors");
         }
-        let ticks = worker.cfg.verifier.enabled || worker.cfg.shedding.enabled;
-        if ticks && !wasm_host::set_tick_period_ms(TICK_MS) {
-            log::warn!("could not set the tick period");
+        if let Some(ms) = Worker::tick_period_ms(&worker.cfg) {
+            if !wasm_host::set_tick_period_ms(ms) {
+                log::warn!("could not set the tick period");
+            }
         }
         log::info!("{}", worker.summary());
         self.worker = Some(Rc::new(worker));

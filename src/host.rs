@@ -20,10 +20,14 @@ pub type ContextId = u32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostError(pub u32);
 
-/// A verifier callout: `GET <path>` to `cluster` with `:authority`, answered within
-/// `timeout_ms` (DESIGN.md, "Verifier contract").
+/// A callout to the sidecar: `<method> <path>` to `cluster` with `:authority` (and, with a
+/// body, `content-type: application/json`), answered within `timeout_ms`. The verifier's is
+/// a `GET` (DESIGN.md, "Verifier contract"); a fleet sync is a `POST` with a JSON body
+/// (`crawlguard_contract::fleet`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Callout<'a> {
+    /// `:method`: `GET` or `POST`.
+    pub method: &'a str,
     /// Envoy cluster name.
     pub cluster: &'a str,
     /// `:authority` sent.
@@ -32,6 +36,8 @@ pub struct Callout<'a> {
     pub path: &'a str,
     /// How long Envoy waits for the answer before failing the call, ms.
     pub timeout_ms: u64,
+    /// Request body (JSON); empty for none.
+    pub body: &'a [u8],
 }
 
 /// A local reply: status, `%RESPONSE_CODE_DETAILS%`, headers and body.
@@ -75,7 +81,11 @@ pub trait Host {
     /// Resumes the current (paused) request (applied after the current callback returns).
     fn resume_request(&mut self) -> Result<(), HostError>;
     /// Adds 1 to counter `id` (a host metric id); errors are ignored.
-    fn increment(&mut self, id: u32);
+    fn increment(&mut self, id: u32) {
+        self.add_to_counter(id, 1);
+    }
+    /// Adds `n` to counter `id`; errors are ignored.
+    fn add_to_counter(&mut self, id: u32, n: u64);
     /// Sets gauge `id` to `value`; errors are ignored.
     fn set_gauge(&mut self, id: u32, value: u64);
     /// proxy-wasm shared data, seen by every worker of this Envoy.

@@ -23,6 +23,7 @@ pub mod config;
 pub mod escalation;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod fake_host;
+pub mod fleet;
 pub mod flights;
 pub mod header_map;
 pub mod host;

@@ -12,6 +12,7 @@ use crate::class::Class;
 use crate::config::{ClassPolicy, Limit};
 use crate::config::{Config, KeyKind, Mode};
 use crate::escalation::{Compliance, Visit};
+use crate::fleet::{self, FleetBuckets};
 use crate::local_store::{LocalPlace, LocalStore};
 use crate::respond;
 use crate::slot_table::{read_u64, write_u64, SharedSlots, SlotRef, SlotTable, SlotValue};
@@ -214,13 +215,14 @@ enum Charged {
     Limited { retry_after_s: u32, escalated: bool },
 }
 
-/// Per-worker limiter state: the bucket slot table, the per-worker fallback and the keyed
-/// hasher.
+/// Per-worker limiter state: the bucket slot table, the per-worker fallback, the keyed
+/// hasher, and in fleet mode the worker's unsent consumption and view of the fleet.
 #[derive(Debug)]
 pub struct Limiter {
     buckets: SlotTable<KeyState>,
     fallback: LocalStore<KeyState>,
     hasher: ahash::RandomState,
+    fleet: Option<FleetBuckets>,
 }
 
 impl Limiter {
@@ -236,6 +238,71 @@ impl Limiter {
                 s ^ 0x1319_8a2e_0370_7344,
                 s ^ 0xa409_3822_299f_31d0,
             ),
+            fleet: FleetBuckets::new(cfg),
+        }
+    }
+
+    /// Fleet state (`None` when fleet mode is off).
+    pub fn fleet(&self) -> Option<&FleetBuckets> {
+        self.fleet.as_ref()
+    }
+
+    /// Fleet state, to change (`None` when fleet mode is off).
+    pub fn fleet_mut(&mut self) -> Option<&mut FleetBuckets> {
+        self.fleet.as_mut()
+    }
+
+    /// The bucket this Envoy keeps for a limit of `rate`: the limit itself, or in fleet
+    /// mode this replica's share of it ([`fleet::FleetView::local_rate`]).
+    pub fn local_rate(&self, rate: bucket::Rate) -> bucket::Rate {
+        match &self.fleet {
+            Some(f) => f.view.local_rate(rate),
+            None => rate,
+        }
+    }
+
+    /// Folds a fleet sync answer into the local buckets: `states[i]` is the fleet-wide state
+    /// of `batch[i]`'s bucket, `replicas` the live replica count. Each bucket becomes this
+    /// replica's share of the fleet's ([`fleet::folded_tat`]) plus what this worker took
+    /// since the sync left; a bucket full fleet-wide that has no local state gets none.
+    pub fn fold_fleet(
+        &mut self,
+        cfg: &Config,
+        store: &dyn SharedData,
+        batch: &[fleet::Use],
+        states: &[crawlguard_contract::fleet::KeyState],
+        replicas: u32,
+        now_ns: u64,
+    ) {
+        let Some(f) = self.fleet.as_mut() else {
+            return;
+        };
+        f.view.replicas = replicas.max(1);
+        f.view.degraded = false;
+        let view = f.view;
+        let mut events = StoreEvents::default();
+        for (u, s) in batch.iter().zip(states) {
+            let Some(limit) = cfg.limits.get(u.limit) else {
+                continue;
+            };
+            let unsent = self.fleet.as_ref().map_or(0, |f| f.ledger.used(u.key.fp));
+            let local = view.local_rate(limit.rate);
+            let tat = fleet::folded_tat(
+                now_ns,
+                limit.rate,
+                local,
+                s.full_in_ns,
+                view.replicas,
+                unsent,
+            );
+            let _ = self.update(store, u.key, now_ns, &mut events, |old| match old {
+                None if tat <= now_ns => ((), None),
+                old => {
+                    let mut st = old.unwrap_or_default();
+                    st.bucket = fleet::folded(now_ns, tat);
+                    ((), Some(st))
+                }
+            });
         }
     }
 
@@ -329,7 +396,7 @@ impl Limiter {
         track: bool,
         events: &mut StoreEvents,
     ) -> (Charged, Visit, Option<Placed>) {
-        let rate = limit.rate;
+        let rate = self.local_rate(limit.rate);
         let ra = &policy.retry_after;
         let esc = &policy.escalation;
         let result = self.update(store, key, now_ns, events, |s| {
@@ -420,7 +487,18 @@ impl Limiter {
             return;
         };
         let actual = actual.unwrap_or(r.reserved);
-        let rate = limit.rate;
+        if actual == r.reserved {
+            return;
+        }
+        let rate = self.local_rate(limit.rate);
+        if let Some(f) = self.fleet.as_mut() {
+            if actual > r.reserved {
+                f.ledger
+                    .record(r.key, r.limit, u64::from(actual - r.reserved));
+            } else {
+                f.ledger.unrecord(r.key.fp, u64::from(r.reserved - actual));
+            }
+        }
         let change = |s: KeyState| {
             let bucket = if actual >= r.reserved {
                 bucket::charge_debt(s.bucket, now_ns, rate, actual - r.reserved)
@@ -429,9 +507,6 @@ impl Limiter {
             };
             KeyState { bucket, ..s }
         };
-        if actual == r.reserved {
-            return;
-        }
         let _ = match r.at {
             Placed::Shared(at) => SharedSlots {
                 table: &self.buckets,
@@ -605,8 +680,14 @@ pub fn decide(
             continue;
         };
         if rejected || (is_shadow && shadow.is_some()) {
-            limiter.refund(store, key, at, limit.rate, n);
-        } else if limit.cost.is_some() {
+            let rate = limiter.local_rate(limit.rate);
+            limiter.refund(store, key, at, rate, n);
+            continue;
+        }
+        if let Some(f) = limiter.fleet.as_mut() {
+            f.ledger.record(key, i, u64::from(n));
+        }
+        if limit.cost.is_some() {
             reservations.push(Reservation {
                 limit: i,
                 reserved: n,

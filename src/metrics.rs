@@ -14,7 +14,11 @@
 //! - `crawlguard.store.<event>`, event in [`STORE_EVENTS`]: shared-store trouble, each of
 //!   which fell back to the per-worker bucket;
 //! - `crawlguard.verify.<event>`, event in [`VerifyEvent::ALL`];
-//! - `crawlguard.rewrite.<fix>` ([`REWRITE_FIXES`]) and `crawlguard.rewrite.status_<code>`.
+//! - `crawlguard.rewrite.<fix>` ([`REWRITE_FIXES`]) and `crawlguard.rewrite.status_<code>`;
+//! - with shedding on, gauges `crawlguard.shed.<route>.level` and
+//!   `crawlguard.origin.<route>.<name>` ([`ORIGIN_GAUGES`]);
+//! - with fleet mode on, `crawlguard.fleet.<name>`: counters [`FLEET_COUNTERS`], gauges
+//!   [`FLEET_GAUGES`].
 //!
 //! [`Metrics::define`] is the one list: [`names`] runs it with a recorder, the filter with
 //! the host's `define_metric`, so the names and the ids cannot drift.
@@ -136,6 +140,38 @@ struct ClassCounters {
     shadow_shed: Id,
 }
 
+/// Fleet-mode counters and gauges (`crawlguard.fleet.<name>`, defined when fleet mode is
+/// on): [`FLEET_COUNTERS`] then [`FLEET_GAUGES`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FleetMetrics {
+    /// Syncs answered.
+    pub syncs: Id,
+    /// Syncs failed (refused, no answer, non-200, malformed).
+    pub sync_error: Id,
+    /// Bucket keys sent in answered syncs.
+    pub keys_synced: Id,
+    /// Bucket uses not recorded for a sync because the worker's ledger was full.
+    pub keys_dropped: Id,
+    /// Milliseconds this worker spent degraded (deciding alone after a failed sync).
+    pub degraded_ms: Id,
+    /// Gauge: live replicas as of the last answer.
+    pub replicas: Id,
+    /// Gauge: 1 while the worker is degraded, else 0.
+    pub degraded: Id,
+}
+
+/// Fleet counters (`crawlguard.fleet.<name>`).
+pub const FLEET_COUNTERS: [&str; 5] = [
+    "syncs",
+    "sync_error",
+    "keys_synced",
+    "keys_dropped",
+    "degraded_ms",
+];
+
+/// Fleet gauges (`crawlguard.fleet.<name>`).
+pub const FLEET_GAUGES: [&str; 2] = ["replicas", "degraded"];
+
 /// One route's shedding gauges.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RouteGauges {
@@ -157,6 +193,8 @@ pub struct Metrics {
     rewrite_status: Vec<(u16, Id)>,
     /// Per route (shedding only).
     pub route_gauges: Vec<RouteGauges>,
+    /// Fleet mode only.
+    pub fleet: FleetMetrics,
 }
 
 /// Statuses counted as `crawlguard.rewrite.status_<code>`: the configured ones, and 503
@@ -174,6 +212,23 @@ impl Metrics {
     pub fn define(cfg: &Config, define: &mut dyn FnMut(&str, MetricKind) -> Id) -> Metrics {
         let counter = &mut |name: &str| define(name, MetricKind::Counter);
         let mut m = Self::define_counters(cfg, counter);
+        if cfg.fleet.enabled {
+            let mut c = FLEET_COUNTERS
+                .map(|n| define(&format!("crawlguard.fleet.{n}"), MetricKind::Counter))
+                .into_iter();
+            let mut g = FLEET_GAUGES
+                .map(|n| define(&format!("crawlguard.fleet.{n}"), MetricKind::Gauge))
+                .into_iter();
+            m.fleet = FleetMetrics {
+                syncs: c.next().flatten(),
+                sync_error: c.next().flatten(),
+                keys_synced: c.next().flatten(),
+                keys_dropped: c.next().flatten(),
+                degraded_ms: c.next().flatten(),
+                replicas: g.next().flatten(),
+                degraded: g.next().flatten(),
+            };
+        }
         if cfg.shedding.enabled {
             m.route_gauges = (0..=cfg.routes.len())
                 .map(|i| {

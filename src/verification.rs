@@ -296,10 +296,12 @@ pub fn dispatch_queued(w: &Worker, host: &mut dyn Host, now_ns: u64) -> Vec<Reso
             Err(VerifyError::NoResponse)
         } else {
             host.dispatch_callout(&Callout {
+                method: "GET",
                 cluster: &cfg.cluster,
                 authority: &cfg.authority,
                 path: &path,
                 timeout_ms,
+                body: &[],
             })
             .map_err(|_| VerifyError::Dispatch)
         };

@@ -335,9 +335,10 @@ impl Host for WasmHost {
         }
     }
 
-    fn increment(&mut self, id: u32) {
+    fn add_to_counter(&mut self, id: u32, n: u64) {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
         // SAFETY: plain values. Errors are ignored: stats never fail a request.
-        let _ = unsafe { proxy_increment_metric(id, 1) };
+        let _ = unsafe { proxy_increment_metric(id, n) };
     }
 
     fn set_gauge(&mut self, id: u32, value: u64) {
@@ -350,19 +351,22 @@ impl Host for WasmHost {
     }
 
     fn dispatch_callout(&mut self, c: &Callout<'_>) -> Result<u32, HostError> {
-        let headers = vec![
-            (":method", "GET"),
+        let mut headers = vec![
+            (":method", c.method),
             (":path", c.path),
             (":authority", c.authority),
             ("accept", "application/json"),
         ];
+        if !c.body.is_empty() {
+            headers.push(("content-type", "application/json"));
+        }
         // The SDK's call registers the token with its dispatcher, which routes the answer
         // to the context whose callback is running: the root context here. It panics only
         // on statuses Envoy does not return for this call (Ok, BadArgument, InternalFailure).
         proxy_wasm::hostcalls::dispatch_http_call(
             c.cluster,
             headers,
-            None,
+            (!c.body.is_empty()).then_some(c.body),
             vec![],
             std::time::Duration::from_millis(c.timeout_ms),
         )

@@ -5,6 +5,7 @@
 
 use crate::class::Class;
 use crate::config::Config;
+use crate::fleet::{self, SyncState};
 use crate::flights::Flights;
 use crate::host::Host;
 use crate::limiter::Limiter;
@@ -15,6 +16,10 @@ use crate::shedding;
 use crate::verdict_cache::VerdictCache;
 use crate::verification::{self, Resolution};
 use std::cell::{Cell, RefCell};
+
+/// The root tick period when only once-a-second work needs it (shedding, the verifier's
+/// safety net), ms.
+pub const TICK_MS: u32 = 1_000;
 
 /// Minimum gap between two warnings of one kind per worker, ns.
 const WARN_EVERY_NS: u64 = 10_000_000_000;
@@ -60,6 +65,10 @@ pub struct Worker {
     health: RefCell<Vec<Tally>>,
     /// Per route: the shed level in force, as read on the last tick.
     shed_levels: RefCell<Vec<u8>>,
+    /// When shedding last ran (it runs about once a second, whatever the tick period).
+    last_shedding_ns: Cell<Option<u64>>,
+    /// Fleet mode: the sync in flight, degraded time, warnings.
+    pub fleet_sync: RefCell<SyncState>,
     /// A root wake-up is already queued (one is enough for any number of new flights).
     wake_pending: Cell<bool>,
     /// State of the jitter generator (xorshift64*; seeded per worker).
@@ -82,6 +91,8 @@ impl Worker {
             verifier_warning: WarnEvery10s::default(),
             health: RefCell::new(vec![Tally::default(); routes]),
             shed_levels: RefCell::new(vec![0; routes]),
+            last_shedding_ns: Cell::new(None),
+            fleet_sync: RefCell::new(SyncState::default()),
             wake_pending: Cell::new(false),
             // Never 0 (xorshift's fixed point).
             rng: Cell::new(seed | 1),
@@ -148,8 +159,22 @@ impl Worker {
         self.resume(host, resumed);
     }
 
+    /// Most body bytes to read for the answer to callout `token`: a fleet sync's answer
+    /// is larger than a verdict.
+    pub fn callout_body_limit(&self, token: u32) -> usize {
+        if self
+            .fleet_sync
+            .try_borrow()
+            .is_ok_and(|s| s.is_in_flight(token))
+        {
+            fleet::MAX_SYNC_BODY
+        } else {
+            verification::MAX_VERIFIER_BODY
+        }
+    }
+
     /// Root: the answer to callout `token` arrived (`status` `None`: no response; `body` at
-    /// most [`verification::MAX_VERIFIER_BODY`] bytes).
+    /// most [`Worker::callout_body_limit`] bytes): a fleet sync's or a verdict.
     pub fn on_callout_response(
         &self,
         host: &mut dyn Host,
@@ -158,6 +183,9 @@ impl Worker {
         body: &[u8],
     ) {
         let now = host.now_ns().unwrap_or(0);
+        if fleet::on_response(self, host, token, status, body, now) {
+            return;
+        }
         let resumed = verification::on_callout_response(self, host, token, status, body, now);
         self.resume(host, resumed);
     }
@@ -253,11 +281,32 @@ impl Worker {
         }
     }
 
-    /// Root: periodic tick: shedding, and the safety net that resumes requests whose
-    /// deadline passed.
+    /// The root tick period this configuration needs, ms (`None`: no tick): a second for
+    /// shedding and the verifier's safety net, the sync interval if fleet mode syncs more
+    /// often.
+    pub fn tick_period_ms(cfg: &Config) -> Option<u32> {
+        let second = (cfg.verifier.enabled || cfg.shedding.enabled).then_some(TICK_MS);
+        let fleet = cfg.fleet.enabled.then_some(cfg.fleet.sync_interval_ms);
+        match (second, fleet) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Root: periodic tick: fleet sync, shedding (about once a second), and the safety net
+    /// that resumes requests whose deadline passed.
     pub fn on_tick(&self, host: &mut dyn Host) {
-        if self.cfg.shedding.enabled {
-            if let Some(now) = host.now_ns() {
+        let tick_ns = u64::from(Self::tick_period_ms(&self.cfg).unwrap_or(TICK_MS)) * 1_000_000;
+        if let Some(now) = host.now_ns() {
+            if self.cfg.fleet.enabled {
+                fleet::tick(self, host, now, tick_ns);
+            }
+            // Half a tick of slack: timers fire a little early or late.
+            let second_due = self.last_shedding_ns.get().is_none_or(|t| {
+                now.saturating_add(tick_ns / 2) >= t.saturating_add(u64::from(TICK_MS) * 1_000_000)
+            });
+            if self.cfg.shedding.enabled && second_due {
+                self.last_shedding_ns.set(Some(now));
                 self.shedding_tick(host, now);
             }
         }

@@ -196,9 +196,9 @@ impl Host for ReplayHost {
         Ok(())
     }
 
-    fn increment(&mut self, id: u32) {
+    fn add_to_counter(&mut self, id: u32, n: u64) {
         if let Some(c) = self.metrics.get_mut(id as usize) {
-            *c += 1;
+            *c += n;
         }
     }
 

@@ -4,8 +4,8 @@
 use super::defaults::{default_exempt_paths, default_limits, default_policy, DEFAULT_CLASS_HEADER};
 use super::raw::{RawClassPolicy, RawConfig, RawLimit, RawShedding};
 use super::{
-    defaults, err, BotsMode, ClassPolicy, ClientIpConfig, Config, ConfigError, Cost, KeyKind,
-    Limit, Mode, RetryAfter, RewriteConfig, Route, ShedThresholds, Shedding, StoreConfig,
+    defaults, err, BotsMode, ClassPolicy, ClientIpConfig, Config, ConfigError, Cost, FleetConfig,
+    KeyKind, Limit, Mode, RetryAfter, RewriteConfig, Route, ShedThresholds, Shedding, StoreConfig,
     VerifierConfig, DEFAULT_ROUTE, MAX_REFILL_S,
 };
 use crate::bucket::{Rate, NS_PER_S};
@@ -81,6 +81,7 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     )?;
     compile_store(&raw.store)?;
     compile_verifier(&raw.verifier)?;
+    compile_fleet(&raw.fleet)?;
     compile_rewrite(&raw.rewrite)?;
     let shedding = compile_shedding(&raw.shedding, &raw.routes, raw.mode)?;
     let degraded = match &raw.degraded {
@@ -100,6 +101,7 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         ratelimit_headers: raw.ratelimit_headers,
         store: raw.store,
         verifier: raw.verifier,
+        fleet: raw.fleet,
         rewrite: raw.rewrite,
         shedding,
         degraded,
@@ -430,10 +432,46 @@ fn compile_store(st: &StoreConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// 1..=128 printable ASCII chars (a cluster name or an `:authority`).
+fn printable(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// `fleet`: printable cluster and authority; interval, timeout and batch size in range.
+fn compile_fleet(f: &FleetConfig) -> Result<(), ConfigError> {
+    if !printable(&f.cluster) {
+        return Err(err(
+            "fleet.cluster",
+            "must be 1..=128 printable ASCII chars",
+        ));
+    }
+    if !printable(&f.authority) {
+        return Err(err(
+            "fleet.authority",
+            "must be 1..=128 printable ASCII chars",
+        ));
+    }
+    if !(100..=60_000).contains(&f.sync_interval_ms) {
+        return Err(err("fleet.sync_interval_ms", "must be 100..=60000"));
+    }
+    if !(10..=f.sync_interval_ms).contains(&f.timeout_ms) {
+        return Err(err(
+            "fleet.timeout_ms",
+            "must be 10..=fleet.sync_interval_ms (one sync in flight at a time)",
+        ));
+    }
+    let max_keys = u32::try_from(crawlguard_contract::fleet::MAX_KEYS).unwrap_or(u32::MAX);
+    if !(1..=max_keys).contains(&f.max_keys_per_sync) {
+        return Err(err(
+            "fleet.max_keys_per_sync",
+            format!("must be 1..={max_keys}"),
+        ));
+    }
+    Ok(())
+}
+
 /// `verifier`: printable cluster and authority, timeouts and TTLs in range.
 fn compile_verifier(v: &VerifierConfig) -> Result<(), ConfigError> {
-    let printable =
-        |s: &str| !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic());
     if !printable(&v.cluster) {
         return Err(err(
             "verifier.cluster",

@@ -4,8 +4,8 @@
 
 use super::raw::RawLimit;
 use super::{
-    ClassPolicy, ClientIpConfig, Escalation, IpSource, OnError, RetryAfter, RewriteConfig,
-    StoreConfig, VerifierConfig,
+    ClassPolicy, ClientIpConfig, DegradedShare, Escalation, FleetConfig, IpSource, OnError,
+    RetryAfter, RewriteConfig, StoreConfig, VerifierConfig,
 };
 use crate::class::Class;
 
@@ -145,6 +145,22 @@ impl Default for VerifierConfig {
             error_ttl_s: 10,
             stale_if_error_s: 86_400,
             max_spoofed_per_prefix: 4,
+        }
+    }
+}
+
+/// Fleet defaults: off; each worker syncs twice a second, a sync fails after 200 ms, at
+/// most 1000 keys per sync, and a replica keeps its share of each limit while syncs fail.
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            enabled: false,
+            cluster: "crawlguard_verifier".into(),
+            authority: "crawlguard-verifier".into(),
+            sync_interval_ms: 500,
+            timeout_ms: 200,
+            max_keys_per_sync: 1_000,
+            degraded_share: DegradedShare::Split,
         }
     }
 }

@@ -274,6 +274,43 @@ pub struct VerifierConfig {
     pub max_spoofed_per_prefix: u32,
 }
 
+/// How a replica limits while its fleet syncs fail (`fleet.degraded_share`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DegradedShare {
+    /// Each replica keeps its share of every limit (rate and burst divided by the last
+    /// known replica count): the fleet stays close to one limit (default).
+    #[default]
+    Split,
+    /// Each replica decides alone with the whole limit: the fleet admits up to
+    /// replicas x the limit until syncing resumes.
+    Full,
+}
+
+/// `fleet` section: one limit across every Envoy replica. Requests are still decided
+/// against this Envoy's shared-data buckets; each worker sends the consumption it saw to the
+/// sidecar every `sync_interval_ms` (`POST /v1/fleet/sync`, the contract in
+/// `crawlguard_contract::fleet`), which keeps the fleet's buckets in Redis, and folds the
+/// fleet-wide state it gets back into the local buckets (`crate::fleet`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FleetConfig {
+    /// Sync with the fleet at all (default false: every limit is per Envoy).
+    pub enabled: bool,
+    /// Envoy cluster name of the sidecar.
+    pub cluster: String,
+    /// `:authority` sent to the sidecar.
+    pub authority: String,
+    /// How often each worker syncs, ms (100..=60000). The fleet's overshoot grows with it.
+    pub sync_interval_ms: u32,
+    /// How long a sync may take before it counts as failed, ms (10..=`sync_interval_ms`).
+    pub timeout_ms: u32,
+    /// Most bucket keys in one sync (1..=10000); more wait for the next one.
+    pub max_keys_per_sync: u32,
+    /// How each replica limits while syncs fail.
+    pub degraded_share: DegradedShare,
+}
+
 /// `rewrite` section: normalisation of rejections coming from upstream.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -362,6 +399,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// Verifier callout settings.
     pub verifier: VerifierConfig,
+    /// Fleet mode: one limit across every Envoy replica.
+    pub fleet: FleetConfig,
     /// Response-path normalisation.
     pub rewrite: RewriteConfig,
     /// Class-priority load shedding.

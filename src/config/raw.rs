@@ -1,7 +1,9 @@
 //! The configuration document as serde reads it: every field optional (its default comes
 //! from `defaults.rs`), unknown fields refused. `compile.rs` turns it into [`super::Config`].
 
-use super::{BotsMode, ClientIpConfig, Mode, RewriteConfig, Route, StoreConfig, VerifierConfig};
+use super::{
+    BotsMode, ClientIpConfig, FleetConfig, Mode, RewriteConfig, Route, StoreConfig, VerifierConfig,
+};
 use crate::catalog::BotEntry;
 use crate::class::Class;
 use serde::Deserialize;
@@ -31,6 +33,8 @@ pub(super) struct RawConfig {
     pub(super) store: StoreConfig,
     #[serde(default)]
     pub(super) verifier: VerifierConfig,
+    #[serde(default)]
+    pub(super) fleet: FleetConfig,
     #[serde(default)]
     pub(super) rewrite: RewriteConfig,
     #[serde(default)]

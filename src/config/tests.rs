@@ -37,6 +37,7 @@ fn embedded_default_file_equals_field_defaults() {
     assert_eq!(file.ratelimit_headers, fields.ratelimit_headers);
     assert_eq!(file.routes, fields.routes);
     assert_eq!(file.verifier, fields.verifier);
+    assert_eq!(file.fleet, fields.fleet);
     assert_eq!(file.rewrite, fields.rewrite);
     assert_eq!(file.shedding, fields.shedding);
     assert_eq!(file.degraded, fields.degraded);
@@ -158,6 +159,26 @@ fn errors_name_the_field_path() {
         (
             r#"{"rewrite":{"statuses":[429,200]}}"#.into(),
             Is("rewrite.statuses[1]: must be 400..=599"),
+        ),
+        (
+            r#"{"fleet":{"sync_interval_ms":99}}"#.into(),
+            Is("fleet.sync_interval_ms: must be 100..=60000"),
+        ),
+        (
+            r#"{"fleet":{"sync_interval_ms":1000,"timeout_ms":1001}}"#.into(),
+            Is("fleet.timeout_ms: must be 10..=fleet.sync_interval_ms (one sync in flight at a time)"),
+        ),
+        (
+            r#"{"fleet":{"max_keys_per_sync":10001}}"#.into(),
+            Is("fleet.max_keys_per_sync: must be 1..=10000"),
+        ),
+        (
+            r#"{"fleet":{"cluster":""}}"#.into(),
+            Is("fleet.cluster: must be 1..=128 printable ASCII chars"),
+        ),
+        (
+            r#"{"fleet":{"degraded_share":"half"}}"#.into(),
+            Want::StartsWith("fleet.degraded_share: unknown variant `half`"),
         ),
         (
             r#"{"verifier":{"timeout_ms":0}}"#.into(),

@@ -1,0 +1,363 @@
+//! Fleet mode on the host: several fake Envoys (each with two workers sharing one shared
+//! store) sync with a model of the sidecar's fleet store, on one fake clock. The model
+//! follows the contract (`crawlguard_contract::fleet`): a GCRA tat per key that may go into
+//! debt, replicas alive for three intervals. The real store (the sidecar's Lua script in
+//! Redis) is tested against real Envoys in `integration/tests/fleet.rs`.
+
+use crawlguard::fake_host::FakeProxy;
+use crawlguard::request::Step;
+use crawlguard::store::mem::MemStore;
+use crawlguard_contract::fleet::{validate, KeyState, SyncRequest, SyncResponse, PATH};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+const T0: u64 = 1_700_000_000_000_000_000;
+const MS: u64 = 1_000_000;
+const S: u64 = 1_000_000_000;
+
+const CHROME: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like \
+                      Gecko) Chrome/124.0.0.0 Safari/537.36";
+
+/// A per-IP limit of 5/s with a burst of `burst` for humans; fleet mode as `fleet`.
+fn config(burst: u32, fleet: &str) -> String {
+    format!(
+        r#"{{"verifier":{{"enabled":false}},
+            "limits":[{{"name":"human","class":"human","route":"*","rate_per_s":5,"burst":{burst},"key":"client_ip"}}],
+            "fleet":{fleet}}}"#
+    )
+}
+
+/// The fleet store as the contract describes it.
+#[derive(Default)]
+struct ModelFleet {
+    tat: HashMap<String, u128>,
+    seen: HashMap<String, u64>,
+    requests: Vec<SyncRequest>,
+}
+
+impl ModelFleet {
+    fn apply(&mut self, req: &SyncRequest, now: u64) -> SyncResponse {
+        assert_eq!(validate(req), Ok(()));
+        self.requests.push(req.clone());
+        self.seen.insert(req.replica.clone(), now);
+        let alive = u64::from(req.interval_ms) * 3 * MS;
+        let replicas = self
+            .seen
+            .values()
+            .filter(|t| now.saturating_sub(**t) <= alive)
+            .count() as u32;
+        let keys = req
+            .keys
+            .iter()
+            .map(|k| {
+                let e = (1e9 / k.rate_per_s).round() as u128;
+                let cap = e * u128::from(k.burst);
+                let now = u128::from(now);
+                let tat = self.tat.entry(k.key.clone()).or_insert(0);
+                *tat = (*tat).max(now) + e * u128::from(k.used);
+                let used = *tat - now;
+                KeyState {
+                    available: (cap.saturating_sub(used) / e) as u32,
+                    full_in_ns: used as u64,
+                }
+            })
+            .collect();
+        SyncResponse { keys, replicas }
+    }
+}
+
+/// `replicas` fake Envoys of `workers` workers each, on one clock, and the fleet store.
+struct Fleet {
+    envoys: Vec<Vec<FakeProxy>>,
+    store: ModelFleet,
+    now: u64,
+    /// The fleet store answers (false: every sync gets no response).
+    up: bool,
+}
+
+impl Fleet {
+    fn new(json: &str, replicas: usize, workers: usize) -> Fleet {
+        let cfg = crawlguard::config::parse(json.as_bytes()).expect("config");
+        let envoys = (0..replicas)
+            .map(|e| {
+                let shm = Rc::new(MemStore::default());
+                (0..workers)
+                    .map(|_| {
+                        let mut p = FakeProxy::with_config(cfg.clone(), T0, shm.clone());
+                        p.host.random = e as u32 + 1;
+                        p
+                    })
+                    .collect()
+            })
+            .collect();
+        Fleet {
+            envoys,
+            store: ModelFleet::default(),
+            now: T0,
+            up: true,
+        }
+    }
+
+    fn set_clock(&mut self, now: u64) {
+        self.now = now;
+        for w in self.envoys.iter_mut().flatten() {
+            w.host.now_ns = Some(now);
+        }
+    }
+
+    /// Ticks worker `w` of Envoy `e` and answers the sync it sent (if any) at once.
+    fn tick(&mut self, e: usize, w: usize) {
+        let now = self.now;
+        let Some(p) = self.envoys.get_mut(e).and_then(|e| e.get_mut(w)) else {
+            return;
+        };
+        let before = p.host.callouts.len();
+        p.tick();
+        let sent: Vec<_> = p.host.callouts.get(before..).unwrap_or_default().to_vec();
+        for c in sent {
+            assert_eq!((c.method.as_str(), c.path.as_str()), ("POST", PATH));
+            if !self.up {
+                p.answer(c.token, None, "");
+                continue;
+            }
+            let req: SyncRequest = serde_json::from_slice(&c.body).expect("a SyncRequest");
+            let a = self.store.apply(&req, now);
+            p.answer(
+                c.token,
+                Some("200"),
+                &serde_json::to_string(&a).expect("json"),
+            );
+        }
+    }
+
+    /// One request from `ip` to worker `w` of Envoy `e`: true if forwarded.
+    fn get(&mut self, e: usize, w: usize, ip: &str) -> bool {
+        let p = &mut self.envoys[e][w];
+        let (_, step) = p.get("/page", CHROME, &format!("{ip}:4000"));
+        step == Step::Continue
+    }
+
+    /// Runs `secs` seconds: every worker ticks every `interval_ms` (each at its own phase),
+    /// and a client at `ip` sends `per_s` requests a second spread round-robin over every
+    /// Envoy (and over each Envoy's workers). Returns the requests forwarded.
+    fn run(&mut self, secs: u64, per_s: u64, interval_ms: u64, ip: &str) -> u64 {
+        let start = self.now;
+        let workers: Vec<(usize, usize)> = (0..self.envoys.len())
+            .flat_map(|e| (0..self.envoys[e].len()).map(move |w| (e, w)))
+            .collect();
+        let gap_ms = 1000 / per_s;
+        let mut admitted = 0;
+        let mut sent = 0usize;
+        for ms in 0..secs * 1000 {
+            self.set_clock(start + ms * MS);
+            for (i, &(e, w)) in workers.iter().enumerate() {
+                // Each worker's timer has its own phase.
+                if ms % interval_ms == (i as u64 * 37) % interval_ms {
+                    self.tick(e, w);
+                }
+            }
+            if ms % gap_ms == 0 {
+                let n = self.envoys.len();
+                let e = sent % n;
+                let w = (sent / n) % self.envoys[e].len();
+                sent += 1;
+                admitted += u64::from(self.get(e, w, ip));
+            }
+        }
+        self.set_clock(start + secs * S);
+        admitted
+    }
+
+    fn counter(&self, name: &str) -> u64 {
+        self.envoys.iter().flatten().map(|p| p.counter(name)).sum()
+    }
+
+    fn gauge(&self, e: usize, w: usize, name: &str) -> Option<u64> {
+        self.envoys[e][w].host.gauge(name)
+    }
+}
+
+const FLEET_ON: &str = r#"{"enabled":true,"sync_interval_ms":500}"#;
+
+#[test]
+fn three_envoys_admit_one_limit_not_three() {
+    // 5/s, burst 10, 20 s at 40 requests/s spread over 3 Envoys x 2 workers.
+    let theory = 10 + 5 * 20;
+    let bound = theory + 3 * 5 / 2; // + replicas x rate x interval
+    let mut fleet = Fleet::new(&config(10, FLEET_ON), 3, 2);
+    let with = fleet.run(20, 40, 500, "192.0.2.1");
+    let mut alone = Fleet::new(&config(10, r#"{"enabled":false}"#), 3, 2);
+    let without = alone.run(20, 40, 500, "192.0.2.1");
+    println!("admitted in 20 s: fleet {with}, per Envoy {without}, theory {theory}, bound {bound}");
+    assert!(with <= bound, "fleet admitted {with} > bound {bound}");
+    // Not stricter than the limit either (a sync per interval, no time lost).
+    assert!(with >= 100, "fleet admitted only {with}");
+    // Every Envoy alone: its burst and its refill, three times over (less the requests that
+    // arrive just before a token does).
+    assert!(
+        (3 * theory - 6..=3 * theory).contains(&without),
+        "{without}"
+    );
+    assert_eq!(fleet.counter("crawlguard.fleet.sync_error"), 0);
+    // Each worker synced once per interval: 40 syncs in 20 s (plus the first at start).
+    assert_eq!(fleet.counter("crawlguard.fleet.syncs"), 6 * 40);
+    assert_eq!(fleet.gauge(2, 1, "crawlguard.fleet.replicas"), Some(3));
+    assert_eq!(fleet.gauge(2, 1, "crawlguard.fleet.degraded"), Some(0));
+}
+
+#[test]
+fn a_fresh_key_hitting_every_replica_at_once_gets_one_burst() {
+    let mut fleet = Fleet::new(&config(12, FLEET_ON), 3, 2);
+    // Warm up: every worker syncs once and learns there are 3 replicas.
+    fleet.run(1, 1, 500, "198.51.100.1");
+    let mut admitted = 0;
+    for _ in 0..20 {
+        for e in 0..3 {
+            admitted += u64::from(fleet.get(e, 0, "203.0.113.9"));
+        }
+    }
+    // 12 / 3 replicas = 4 each, not 12 each.
+    assert_eq!(admitted, 12);
+}
+
+#[test]
+fn a_failing_sidecar_degrades_to_the_split_share_and_recovers() {
+    let mut fleet = Fleet::new(&config(12, FLEET_ON), 3, 1);
+    fleet.run(1, 1, 500, "198.51.100.1");
+    fleet.up = false;
+    // 10 s at 30/s over 3 Envoys, every sync failing: each Envoy keeps a third of the
+    // limit: 4 tokens, then 5/3 per second.
+    let admitted = fleet.run(10, 30, 500, "192.0.2.7");
+    println!("degraded (split) admitted {admitted} in 10 s");
+    assert!(
+        (12 + 50 - 3..=12 + 50 + 3).contains(&admitted),
+        "{admitted}"
+    );
+    assert_eq!(fleet.counter("crawlguard.fleet.sync_error"), 3 * 20);
+    assert_eq!(fleet.gauge(0, 0, "crawlguard.fleet.degraded"), Some(1));
+    let degraded_ms = fleet.counter("crawlguard.fleet.degraded_ms");
+    assert!(
+        (3 * 9_500..=3 * 10_000).contains(&degraded_ms),
+        "{degraded_ms}"
+    );
+    // Back: the first tick syncs, the consumption kept meanwhile (at most a burst per key)
+    // goes out, and the view is fleet-wide again.
+    fleet.up = true;
+    let syncs = fleet.counter("crawlguard.fleet.syncs");
+    fleet.run(1, 1, 500, "198.51.100.1");
+    assert_eq!(fleet.counter("crawlguard.fleet.syncs"), syncs + 3 * 2);
+    assert_eq!(fleet.gauge(0, 0, "crawlguard.fleet.degraded"), Some(0));
+    let resent: u32 = fleet
+        .store
+        .requests
+        .iter()
+        .rev()
+        .take(6)
+        .flat_map(|r| r.keys.iter())
+        .map(|k| k.used)
+        .sum();
+    // Each Envoy kept the client's use capped at the burst (12), plus at most one token
+    // taken after its last failed sync; and the probe client's one request.
+    assert!((3 * 12 + 1..=3 * 13 + 1).contains(&resent), "{resent}");
+}
+
+#[test]
+fn degraded_full_share_decides_with_the_whole_limit() {
+    let full = r#"{"enabled":true,"sync_interval_ms":500,"degraded_share":"full"}"#;
+    let mut fleet = Fleet::new(&config(12, full), 3, 1);
+    fleet.run(1, 1, 500, "198.51.100.1");
+    fleet.up = false;
+    let admitted = fleet.run(10, 30, 500, "192.0.2.7");
+    // The first failed sync comes within one interval; until then the share holds.
+    println!("degraded (full) admitted {admitted} in 10 s");
+    assert!(admitted >= 3 * (12 + 50) - 30, "{admitted}");
+    assert!(admitted <= 3 * (12 + 50), "{admitted}");
+}
+
+#[test]
+fn the_sync_request_is_the_contract_and_bad_answers_are_errors() {
+    let mut p = FakeProxy::new(&config(10, FLEET_ON), T0);
+    for _ in 0..3 {
+        p.get("/page", CHROME, "192.0.2.1:1");
+    }
+    p.get("/page", CHROME, "192.0.2.2:1");
+    p.tick();
+    let c = p.host.callouts.last().cloned().expect("a sync");
+    assert_eq!(
+        (
+            c.method.as_str(),
+            c.cluster.as_str(),
+            c.path.as_str(),
+            c.timeout_ms
+        ),
+        ("POST", "crawlguard_verifier", "/v1/fleet/sync", 200)
+    );
+    let req: SyncRequest = serde_json::from_slice(&c.body).expect("SyncRequest");
+    assert_eq!(validate(&req), Ok(()));
+    assert_eq!(req.interval_ms, 500);
+    assert!(req.replica.starts_with("envoy-"), "{}", req.replica);
+    let used: Vec<u32> = req.keys.iter().map(|k| k.used).collect();
+    assert_eq!(used, [3, 1]);
+    assert!(req
+        .keys
+        .iter()
+        .all(|k| k.rate_per_s == 5.0 && k.burst == 10));
+    // Every bad answer is a sync error, never a panic; the use is kept for the next sync.
+    let bad = [
+        (Some("200"), r#"{"keys":[],"replicas":1}"#.to_string()),
+        (Some("503"), String::new()),
+        (None, String::new()),
+        (Some("200"), "x".repeat(10_000)),
+        (Some("200"), r#"{"keys":[{"available":0,"full_in_ns":1},{"available":0,"full_in_ns":-1}],"replicas":1}"#.into()),
+    ];
+    for (i, (status, body)) in bad.iter().enumerate() {
+        p.advance(500 * MS);
+        if i > 0 {
+            p.tick();
+        }
+        let token = p.host.callouts.last().map(|c| c.token).expect("a sync");
+        p.answer(token, *status, body);
+        assert_eq!(p.counter("crawlguard.fleet.sync_error"), i as u64 + 1);
+    }
+    p.advance(500 * MS);
+    p.tick();
+    let c = p.host.callouts.last().cloned().expect("a sync");
+    let req: SyncRequest = serde_json::from_slice(&c.body).expect("SyncRequest");
+    let used: Vec<u32> = req.keys.iter().map(|k| k.used).collect();
+    assert_eq!(used, [3, 1]);
+    // A hostile answer (a debt of u64::MAX ns) blocks the key for at most 16 refills.
+    let a = r#"{"keys":[{"available":0,"full_in_ns":18446744073709551615},{"available":10,"full_in_ns":0}],"replicas":1}"#;
+    p.answer(c.token, Some("200"), a);
+    assert_eq!(p.counter("crawlguard.fleet.syncs"), 1);
+    let (ctx, step) = p.get("/page", CHROME, "192.0.2.1:1");
+    assert_eq!(step, Step::Pause);
+    let retry: u64 = p
+        .req(ctx)
+        .reply
+        .as_ref()
+        .and_then(|r| r.header("retry-after"))
+        .and_then(|v| v.parse().ok())
+        .expect("retry-after");
+    // 16 refills of 2 s = 32 s, clamped to the human class's max of 60 s, plus jitter.
+    assert!((31..=34).contains(&retry), "{retry}");
+    let (_, step) = p.get("/page", CHROME, "192.0.2.2:1");
+    assert_eq!(step, Step::Continue);
+}
+
+#[test]
+fn a_full_ledger_counts_the_keys_it_drops() {
+    let fleet = r#"{"enabled":true,"sync_interval_ms":500,"max_keys_per_sync":2}"#;
+    let mut p = FakeProxy::new(&config(10, fleet), T0);
+    // The ledger holds 4 batches of 2 keys: 8; 12 clients, 4 dropped.
+    for i in 0..12 {
+        p.get("/page", CHROME, &format!("192.0.2.{i}:1"));
+    }
+    p.tick();
+    assert_eq!(p.counter("crawlguard.fleet.keys_dropped"), 4);
+    let c = p.host.callouts.last().cloned().expect("a sync");
+    let req: SyncRequest = serde_json::from_slice(&c.body).expect("SyncRequest");
+    assert_eq!(req.keys.len(), 2);
+    let a = r#"{"keys":[{"available":9,"full_in_ns":200000000},{"available":9,"full_in_ns":200000000}],"replicas":1}"#;
+    p.answer(c.token, Some("200"), a);
+    assert_eq!(p.counter("crawlguard.fleet.keys_synced"), 2);
+}
