@@ -12,10 +12,13 @@
 //! a request a shadow limit would have rejected is forwarded, and counted `shadow_limited`
 //! against that limit, as the filter counts it.
 //!
-//! Two settings are changed in the replayed copy of the configuration: `ratelimit_headers`
-//! is on, so each rejection names its limit (it changes no decision), and `shedding` is off:
+//! Three settings are changed in the replayed copy of the configuration: `ratelimit_headers`
+//! is on, so each rejection names its limit (it changes no decision); `shedding` is off:
 //! shedding follows the origin's response times under the load the configuration lets
-//! through, which no log of other traffic can give, so a replay does not shed (and says so).
+//! through, which no log of other traffic can give, so a replay does not shed (and says so);
+//! and `fleet` is off: the log is decided by one Envoy holding each limit whole, which is
+//! what fleet mode approximates for the fleet's combined traffic (a replica that never
+//! synced decides the same), without the sync delays (said too).
 //! What else a log cannot tell is said in the output too: limits keyed by a request header
 //! see it missing, and cost-based limits settle every request at its reservation (the cost
 //! is a response header, not logged).
@@ -89,6 +92,9 @@ pub struct Replay {
     shadow: bool,
     /// The configuration sheds load (`shedding.enabled`); not replayed.
     shedding: bool,
+    /// The configuration syncs limits across a fleet (`fleet.enabled`); replayed as one
+    /// Envoy.
+    fleet: bool,
     speed: f64,
     offline: Option<Offline>,
     first_ms: Option<i64>,
@@ -128,6 +134,8 @@ impl Replay {
         let shedding = cfg.shedding.enabled;
         cfg.ratelimit_headers = true;
         cfg.shedding.enabled = false;
+        let fleet = cfg.fleet.enabled;
+        cfg.fleet.enabled = false;
         let limit_index = cfg
             .limits
             .iter()
@@ -141,6 +149,7 @@ impl Replay {
             proxy,
             shadow,
             shedding,
+            fleet,
             speed: if speed.is_finite() && speed > 0.0 {
                 speed
             } else {
@@ -166,8 +175,8 @@ impl Replay {
         }
     }
 
-    /// The configuration being replayed (`ratelimit_headers` on, `shedding` off, see the
-    /// module docs).
+    /// The configuration being replayed (`ratelimit_headers` on, `shedding` and `fleet` off,
+    /// see the module docs).
     pub fn config(&self) -> &Config {
         &self.proxy.worker.cfg
     }
@@ -477,6 +486,7 @@ impl Replay {
                 })
                 .collect(),
             shedding_not_replayed: self.shedding,
+            fleet_as_one_envoy: self.fleet,
             unresolved: self.unresolved,
             warnings,
         }
@@ -553,6 +563,9 @@ pub struct ReplayJson {
     /// The configuration sheds load (`shedding.enabled`), which a replay does not model:
     /// no request is shed.
     pub shedding_not_replayed: bool,
+    /// The configuration syncs its limits across a fleet (`fleet.enabled`): the log is
+    /// decided as by one Envoy holding each limit whole, without sync delays.
+    pub fleet_as_one_envoy: bool,
     /// Requests left waiting for a verdict (0 unless something is wrong).
     pub unresolved: u64,
     /// Warnings (a verified-crawler class over 1% rejections).
@@ -872,6 +885,15 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
             "shedding is enabled but not replayed: it follows the origin's response times \
              under the load this configuration would let through, which a log of other \
              traffic cannot give; no request was shed"
+                .to_string(),
+        );
+    }
+    if j.fleet_as_one_envoy {
+        notes.push(
+            "fleet mode is on: every request is decided against the whole fleet-wide limit, \
+             as by one Envoy (right for the fleet's combined traffic, e.g. a load balancer's \
+             log; one replica's log would get only its share); the overshoot of sync delays \
+             is not replayed"
                 .to_string(),
         );
     }

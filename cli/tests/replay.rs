@@ -113,6 +113,7 @@ fn default_configuration_in_real_time_without_verification() {
     );
     assert_eq!(j["cost_limits"], serde_json::json!([]));
     assert_eq!(j["shedding_not_replayed"], false);
+    assert_eq!(j["fleet_as_one_envoy"], false);
     assert_eq!(
         j["top_limited_clients"][0],
         serde_json::json!({"client": "66.249.73.135", "rejected": 120, "class": "unverified_bot"})
@@ -283,6 +284,20 @@ fn what_a_log_cannot_tell_is_said() {
          times under the load this configuration would let through, which a log of other \
          traffic cannot give; no request was shed\n"
     ));
+    // Fleet mode: the whole log through one Envoy holding each limit whole (a replica
+    // that never synced decides the same).
+    let fleet = r#"{"fleet":{"enabled":true}}"#;
+    let j = replay(fleet, 1.0, &[]);
+    assert_eq!(j["fleet_as_one_envoy"], true);
+    assert_eq!(class(&j, "unverified_bot"), (924, 215));
+    assert_eq!(class(&j, "script"), (156, 55));
+    let text = replay_text(fleet);
+    assert!(text.contains(
+        "\nnotes\n  fleet mode is on: every request is decided against the whole fleet-wide \
+         limit, as by one Envoy (right for the fleet's combined traffic, e.g. a load \
+         balancer's log; one replica's log would get only its share); the overshoot of sync \
+         delays is not replayed\n"
+    ));
 }
 
 #[test]
@@ -352,6 +367,7 @@ fn binary_output_json_and_errors() {
         "header_keyed_limits",
         "cost_limits",
         "shedding_not_replayed",
+        "fleet_as_one_envoy",
         "unresolved",
         "warnings",
         "inputs",

@@ -5,7 +5,7 @@
 //! skips it unless the status is one the filter rewrites, and this shows that changes
 //! nothing, cost-based limits included.
 
-use crawlguard::config;
+use crawlguard::config::{self, Config};
 use crawlguard::fake_host::FakeProxy;
 use crawlguard::request::Step;
 use crawlguard::store::mem::MemStore;
@@ -30,8 +30,16 @@ fn unknown(path: &str) -> String {
 /// Replays the log through both proxies; returns (requests, replies by the replay host,
 /// shadow-limited by the replay host).
 fn agree(json: &str) -> (u64, u64, u64) {
+    agree_with(json, |_| {})
+}
+
+/// [`agree`], with the replay host's copy of the configuration changed by `change` (as
+/// replay changes it).
+fn agree_with(json: &str, change: impl Fn(&mut Config)) -> (u64, u64, u64) {
     let cfg = config::parse(json.as_bytes()).expect("valid config");
-    let mut replay = ReplayProxy::new(cfg.clone());
+    let mut mine = cfg.clone();
+    change(&mut mine);
+    let mut replay = ReplayProxy::new(mine);
     let mut fake = FakeProxy::with_config(cfg, 0, Rc::new(MemStore::default()));
     let mut answered = 0;
     let (mut n, mut replies, mut shadow) = (0u64, 0u64, 0u64);
@@ -132,4 +140,15 @@ fn cost_limits_settle_at_the_reservation() {
          "cost":{"reserve":3,"from_response_header":"x-crawlguard-cost"}}
     ]}"#;
     assert_eq!(agree(costs), (9_999, 733, 0));
+}
+
+#[test]
+fn fleet_mode_off_in_the_replay_decides_like_a_replica_that_never_synced() {
+    // Replay turns fleet mode off; a replica that has not synced yet (one replica known)
+    // holds each limit whole, so it decides the same.
+    let fleet = r#"{"fleet":{"enabled":true}}"#;
+    assert_eq!(
+        agree_with(fleet, |c| c.fleet.enabled = false),
+        (9_999, 281, 0)
+    );
 }
