@@ -48,7 +48,9 @@ pub use filter_config::{FilterConfig, Limit, NO_REFILL_PER_S};
 pub use paths::{envoy_bin, repo_root, test_upstream_bin, wasm_path};
 pub use process::{NotReady, Process};
 pub use raw_http1::{raw, raw_request, raw_statuses, RawHeaders, RawHttp1};
-pub use redis::{redis_cmd, redis_server_bin, Redis, RedisReply, SlowProxy};
+pub use redis::{
+    redis_cmd, redis_cmd_auth, redis_server_bin, Redis, RedisOpts, RedisReply, RedisTls, SlowProxy,
+};
 pub use sidecar::{verifier_bin, Sidecar, SidecarOpts};
 pub use stack::Stack;
 pub use upstream::{upstream_path, TestUpstream};

@@ -7,11 +7,12 @@
 //! temporary directory) and can be killed and restarted on the same port
 //! ([`Redis::kill`], [`Redis::restart`]), which is what a sidecar sees when Redis goes away
 //! and comes back (empty). [`Redis::pause`] holds every client's commands for a while
-//! (`CLIENT PAUSE`): a slow Redis for everyone.
+//! (`CLIENT PAUSE`): a slow Redis for everyone. [`RedisOpts`] adds a password
+//! (`requirepass`) and a TLS port with a throwaway CA ([`RedisTls::generate`]).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -145,19 +146,153 @@ fn read_reply(r: &mut impl BufRead) -> std::io::Result<RedisReply> {
     })
 }
 
-/// Sends one command to `addr` on a fresh connection and reads its reply.
-pub fn redis_cmd(addr: SocketAddr, args: &[&str]) -> std::io::Result<RedisReply> {
-    let stream = TcpStream::connect_timeout(&addr, CMD_TIMEOUT)?;
-    stream.set_read_timeout(Some(CMD_TIMEOUT))?;
-    stream.set_write_timeout(Some(CMD_TIMEOUT))?;
+fn encode(args: &[&str]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();
     for a in args {
         out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
         out.extend_from_slice(a.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    (&stream).write_all(&out)?;
-    read_reply(&mut BufReader::new(&stream))
+    out
+}
+
+/// Sends one command to `addr` on a fresh plain-text connection (after `AUTH password` when
+/// given; a refused AUTH is the reply) and reads its reply.
+pub fn redis_cmd_auth(
+    addr: SocketAddr,
+    password: Option<&str>,
+    args: &[&str],
+) -> std::io::Result<RedisReply> {
+    let stream = TcpStream::connect_timeout(&addr, CMD_TIMEOUT)?;
+    stream.set_read_timeout(Some(CMD_TIMEOUT))?;
+    stream.set_write_timeout(Some(CMD_TIMEOUT))?;
+    let mut reader = BufReader::new(&stream);
+    if let Some(pw) = password {
+        (&stream).write_all(&encode(&["AUTH", pw]))?;
+        let reply = read_reply(&mut reader)?;
+        if reply != RedisReply::Status("OK".into()) {
+            return Ok(reply);
+        }
+    }
+    (&stream).write_all(&encode(args))?;
+    read_reply(&mut reader)
+}
+
+/// Sends one command to `addr` on a fresh plain-text connection and reads its reply.
+pub fn redis_cmd(addr: SocketAddr, args: &[&str]) -> std::io::Result<RedisReply> {
+    redis_cmd_auth(addr, None, args)
+}
+
+/// A server certificate for `127.0.0.1` / `localhost` and the throwaway CA that signed it
+/// (PEM files), for a Redis TLS port; a client trusts it with `SSL_CERT_FILE=<ca>`.
+#[derive(Debug, Clone)]
+pub struct RedisTls {
+    /// The CA certificate.
+    pub ca: PathBuf,
+    /// The server certificate.
+    pub cert: PathBuf,
+    /// The server's private key.
+    pub key: PathBuf,
+}
+
+impl RedisTls {
+    /// Makes a CA and a server certificate in `dir` with the `openssl` command (Debian
+    /// `openssl`, installed with apt-get when missing and running as root).
+    pub fn generate(dir: &Path) -> RedisTls {
+        if Command::new("openssl").arg("version").output().is_err() {
+            eprintln!("openssl not found; trying `apt-get install -y openssl`");
+            let _ = Command::new("sh")
+                .arg("-c")
+                .arg(
+                    "(apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+                     apt-get install -y -qq --no-install-recommends openssl) >/dev/null 2>&1",
+                )
+                .status();
+        }
+        let run = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .unwrap_or_else(|e| panic!("openssl is required for the TLS tests: {e}"));
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        std::fs::write(
+            dir.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n\
+             basicConstraints=CA:FALSE\n\
+             keyUsage=digitalSignature\n\
+             extendedKeyUsage=serverAuth\n",
+        )
+        .expect("write server.ext");
+        let ec = "ec_paramgen_curve:prime256v1";
+        run(&[
+            "req",
+            "-x509",
+            "-nodes",
+            "-days",
+            "2",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            ec,
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-subj",
+            "/CN=crawlguard test CA",
+        ]);
+        run(&[
+            "req",
+            "-nodes",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            ec,
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]);
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            "server.pem",
+            "-extfile",
+            "server.ext",
+        ]);
+        RedisTls {
+            ca: dir.join("ca.pem"),
+            cert: dir.join("server.pem"),
+            key: dir.join("server.key"),
+        }
+    }
+}
+
+/// How to start a [`Redis`].
+#[derive(Debug, Clone, Default)]
+pub struct RedisOpts {
+    /// `requirepass`: clients must `AUTH` (the URL's `redis://:password@...`).
+    pub password: Option<String>,
+    /// A TLS port too (`--tls-port`, no client certificates), beside the plain one.
+    pub tls: Option<RedisTls>,
 }
 
 /// A running `redis-server` on `127.0.0.1:<port>`, no persistence; killed on drop (see
@@ -165,17 +300,32 @@ pub fn redis_cmd(addr: SocketAddr, args: &[&str]) -> std::io::Result<RedisReply>
 pub struct Redis {
     process: Process,
     port: u16,
+    tls_port: Option<u16>,
+    opts: RedisOpts,
 }
 
 impl Redis {
     /// Starts it on a free port and waits until it answers PING. Tries another port if the
     /// one picked was taken meanwhile.
     pub async fn start() -> Redis {
+        Redis::start_with(RedisOpts::default()).await
+    }
+
+    /// [`Redis::start`] with a password and/or a TLS port.
+    pub async fn start_with(opts: RedisOpts) -> Redis {
         const ATTEMPTS: usize = 3;
         for attempt in 1..=ATTEMPTS {
-            let [port] = free_tcp_ports::<1>();
-            match Redis::spawn(port).await {
-                Ok(process) => return Redis { process, port },
+            let [port, tls] = free_tcp_ports::<2>();
+            let tls_port = opts.tls.as_ref().map(|_| tls);
+            match Redis::spawn(port, tls_port, &opts).await {
+                Ok(process) => {
+                    return Redis {
+                        process,
+                        port,
+                        tls_port,
+                        opts,
+                    }
+                }
                 Err(NotReady::Exited(_)) if attempt < ATTEMPTS => continue,
                 Err(e) => {
                     panic!("redis-server on port {port} {e} (attempt {attempt} of {ATTEMPTS})")
@@ -185,34 +335,59 @@ impl Redis {
         unreachable!("the last attempt returns or panics")
     }
 
-    async fn spawn(port: u16) -> Result<Process, NotReady> {
+    async fn spawn(
+        port: u16,
+        tls_port: Option<u16>,
+        opts: &RedisOpts,
+    ) -> Result<Process, NotReady> {
         let dir = temp_dir("redis");
-        let dir_arg = dir.path().display().to_string();
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--save".into(),
+            String::new(),
+            "--appendonly".into(),
+            "no".into(),
+            "--dir".into(),
+            dir.path().display().to_string(),
+            "--daemonize".into(),
+            "no".into(),
+            "--loglevel".into(),
+            "notice".into(),
+        ];
+        if let Some(pw) = &opts.password {
+            args.extend(["--requirepass".into(), pw.clone()]);
+        }
+        if let (Some(tls), Some(tls_port)) = (&opts.tls, tls_port) {
+            args.extend([
+                "--tls-port".into(),
+                tls_port.to_string(),
+                "--tls-cert-file".into(),
+                tls.cert.display().to_string(),
+                "--tls-key-file".into(),
+                tls.key.display().to_string(),
+                "--tls-ca-cert-file".into(),
+                tls.ca.display().to_string(),
+                "--tls-auth-clients".into(),
+                "no".into(),
+            ]);
+        }
         let process = Process::spawn(
             "redis-server",
             dir,
-            Command::new(redis_server_bin()).args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                &dir_arg,
-                "--daemonize",
-                "no",
-                "--loglevel",
-                "notice",
-            ]),
+            Command::new(redis_server_bin()).args(&args),
         );
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let password = opts.password.clone();
         process
-            .wait_ready(READY_DEADLINE, || async move {
-                matches!(redis_cmd(addr, &["PING"]), Ok(RedisReply::Status(s)) if s == "PONG")
-                    .then_some(())
+            .wait_ready(READY_DEADLINE, || {
+                let password = password.clone();
+                async move {
+                    let pong = redis_cmd_auth(addr, password.as_deref(), &["PING"]);
+                    matches!(pong, Ok(RedisReply::Status(s)) if s == "PONG").then_some(())
+                }
             })
             .await?;
         Ok(process)
@@ -223,9 +398,21 @@ impl Redis {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
-    /// `redis://127.0.0.1:<port>/`, for `--redis`.
+    /// `redis://127.0.0.1:<port>/` (with `:password@` when it has one), for `--redis`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        match &self.opts.password {
+            Some(pw) => format!("redis://:{pw}@127.0.0.1:{}/", self.port),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
+    }
+
+    /// `rediss://[:password@]127.0.0.1:<tls port>/` when started with TLS.
+    pub fn tls_url(&self) -> Option<String> {
+        let port = self.tls_port?;
+        Some(match &self.opts.password {
+            Some(pw) => format!("rediss://:{pw}@127.0.0.1:{port}/"),
+            None => format!("rediss://127.0.0.1:{port}/"),
+        })
     }
 
     /// Kills it (SIGKILL): connections break, the port refuses, the data is gone.
@@ -237,7 +424,7 @@ impl Redis {
     /// it answers PING.
     pub async fn restart(&mut self) {
         self.process.kill();
-        self.process = Redis::spawn(self.port)
+        self.process = Redis::spawn(self.port, self.tls_port, &self.opts)
             .await
             .unwrap_or_else(|e| panic!("redis-server restarted on port {} {e}", self.port));
     }
@@ -249,7 +436,7 @@ impl Redis {
 
     /// One command (panics on a connection failure; an error reply is [`RedisReply::Error`]).
     pub fn cmd(&self, args: &[&str]) -> RedisReply {
-        redis_cmd(self.addr(), args)
+        redis_cmd_auth(self.addr(), self.opts.password.as_deref(), args)
             .unwrap_or_else(|e| panic!("redis {args:?} on port {}: {e}", self.port))
     }
 
@@ -398,4 +585,62 @@ fn relay(client: TcpStream, server: TcpStream, delay_ms: Arc<AtomicU64>, stop: A
     };
     std::thread::spawn(pipe(client, server, true));
     std::thread::spawn(pipe(server2, client2, false));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_killed_redis_restarts_empty_on_its_port() {
+        let mut redis = Redis::start().await;
+        assert_eq!(
+            redis.cmd(&["SET", "k", "v"]),
+            RedisReply::Status("OK".into())
+        );
+        assert_eq!(redis.get("k"), Some("v".into()));
+        let addr = redis.addr();
+        redis.kill();
+        assert!(redis_cmd(addr, &["PING"]).is_err());
+        redis.restart().await;
+        assert_eq!(redis.addr(), addr);
+        assert_eq!(redis.get("k"), None);
+        assert_eq!(redis.dbsize(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_password_is_required_and_the_url_carries_it() {
+        let redis = Redis::start_with(RedisOpts {
+            password: Some("pw1".into()),
+            tls: None,
+        })
+        .await;
+        assert_eq!(redis.cmd(&["PING"]), RedisReply::Status("PONG".into()));
+        let anonymous = redis_cmd(redis.addr(), &["PING"]).expect("connect");
+        assert!(
+            matches!(&anonymous, RedisReply::Error(e) if e.starts_with("NOAUTH")),
+            "{anonymous:?}"
+        );
+        assert_eq!(redis.url(), format!("redis://:pw1@{}/", redis.addr()));
+        assert_eq!(redis.tls_url(), None);
+    }
+
+    #[tokio::test]
+    async fn a_slow_proxy_holds_commands_for_its_delay() {
+        let redis = Redis::start().await;
+        let proxy = SlowProxy::start(redis.addr());
+        let ping = || {
+            let t = Instant::now();
+            let reply = redis_cmd(proxy.addr(), &["PING"]).expect("through the proxy");
+            assert_eq!(reply, RedisReply::Status("PONG".into()));
+            t.elapsed()
+        };
+        assert!(ping() < Duration::from_millis(250));
+        proxy.set_delay(Duration::from_millis(300));
+        let took = ping();
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        proxy.set_delay(Duration::ZERO);
+        assert!(ping() < Duration::from_millis(250));
+        assert_eq!(proxy.url(), format!("redis://{}/", proxy.addr()));
+    }
 }

@@ -17,10 +17,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crawlguard_contract::fleet::{KeyState, KeyUse, SyncRequest, SyncResponse};
-use crawlguard_integration::process::poll_until;
+use crawlguard_integration::process::{poll_until, temp_dir};
 use crawlguard_integration::{
-    Blackhole, Dnsmasq, Record, Redis, RedisReply, Sidecar, SidecarOpts, SlowProxy, GOOGLEBOT_HOST,
-    GOOGLEBOT_V4,
+    Blackhole, Dnsmasq, Record, Redis, RedisOpts, RedisReply, RedisTls, Sidecar, SidecarOpts,
+    SlowProxy, GOOGLEBOT_HOST, GOOGLEBOT_V4,
 };
 use serde_json::{json, Value};
 
@@ -743,4 +743,60 @@ async fn bad_sync_requests_get_a_json_error_and_write_nothing() {
     assert!(redis.get("t1:bucket:00000000000000ab").is_some());
     assert!(redis.pttl("t1:replicas") > 0);
     assert_eq!(redis.dbsize(), 2);
+}
+
+#[tokio::test]
+async fn rediss_with_a_password_in_the_url_and_the_password_never_logged() {
+    let certs = temp_dir("redis-tls");
+    let tls = RedisTls::generate(certs.path());
+    let redis = Redis::start_with(RedisOpts {
+        password: Some("s3cret-pw".into()),
+        tls: Some(tls.clone()),
+    })
+    .await;
+    let dns = Blackhole::new();
+    let url = redis.tls_url().expect("a TLS port");
+    assert!(url.starts_with("rediss://:s3cret-pw@127.0.0.1:"), "{url}");
+    let trusting = SidecarOpts {
+        env: vec![("SSL_CERT_FILE".into(), tls.ca.display().to_string())],
+        ..opts(&dns, &url, 2000)
+    };
+    let sc = Sidecar::start(trusting.clone()).await;
+    let r = sync_ok(&sc, &batch("tls", 1000, &[("7", 4.0, 8, 3)])).await;
+    assert_eq!(r.keys, vec![state(5, 750_000_000)]);
+    assert!(redis.get(&format!("{BUCKET}0000000000000007")).is_some());
+
+    // A wrong password, or a server certificate nobody vouches for: 503, never a hang.
+    let wrong = url.replace("s3cret-pw", "wrong-pw");
+    let bad_auth = Sidecar::start(SidecarOpts {
+        redis: Some(wrong),
+        ..trusting.clone()
+    })
+    .await;
+    let (status, body) = bad_auth.fleet_sync(&batch("tls", 1000, &[])).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (503, r#"{"error":"redis unavailable: auth"}"#)
+    );
+    let untrusted = Sidecar::start(opts(&dns, &url, 2000)).await;
+    let (status, body) = untrusted.fleet_sync(&batch("tls", 1000, &[])).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (503, r#"{"error":"redis unavailable: connection"}"#)
+    );
+    assert_eq!(
+        untrusted
+            .metric("crawlguard_verifier_redis_errors_total{op=\"sync\",kind=\"connection\"}")
+            .await,
+        1.0
+    );
+    for (name, sc) in [
+        ("ok", &sc),
+        ("bad auth", &bad_auth),
+        ("untrusted", &untrusted),
+    ] {
+        let log = sc.log();
+        assert!(log.contains("fleet mode on"), "{name}: {log}");
+        assert!(!log.contains("pw"), "{name} logged a password:\n{log}");
+    }
 }
