@@ -1,6 +1,6 @@
 //! Real-process test harness for the crawlguard wasm filter: Envoy, the scriptable test
-//! upstream, dnsmasq and the verifier sidecar as real processes on free loopback ports, and
-//! clients that play many client IPs against them.
+//! upstream, dnsmasq, Redis and the verifier sidecar as real processes on free loopback
+//! ports, and clients that play many client IPs against them.
 //!
 //! | module | what is in it |
 //! |---|---|
