@@ -800,3 +800,44 @@ async fn rediss_with_a_password_in_the_url_and_the_password_never_logged() {
         assert!(!log.contains("pw"), "{name} logged a password:\n{log}");
     }
 }
+
+#[tokio::test]
+async fn foreign_keys_under_the_prefix_do_not_break_a_batch_half_way() {
+    let redis = Redis::start().await;
+    let dns = Blackhole::new();
+    let sc = Sidecar::start(opts(&dns, &redis.url(), 2000)).await;
+    let hash = format!("{BUCKET}00000000000000b2");
+    let junk = format!("{BUCKET}00000000000000b3");
+    assert_eq!(redis.cmd(&["HSET", &hash, "f", "v"]), RedisReply::Int(1));
+    assert_eq!(
+        redis.cmd(&["SET", &junk, "not a tat"]),
+        RedisReply::Status("OK".into())
+    );
+    let r = sync_ok(
+        &sc,
+        &batch(
+            "r",
+            1000,
+            &[
+                ("b1", 1.0, 3, 1),
+                ("b2", 1.0, 3, 1),
+                ("b3", 1.0, 3, 0),
+                ("b4", 1.0, 3, 2),
+            ],
+        ),
+    )
+    .await;
+    // Every key applied: the hash counted as no state and was replaced; the junk string
+    // (used 0) reads as full and is left alone.
+    assert_eq!(
+        r.keys,
+        vec![
+            state(2, 1_000_000_000),
+            state(2, 1_000_000_000),
+            state(3, 0),
+            state(1, 2_000_000_000),
+        ]
+    );
+    assert!(redis.pttl(&hash) > 0);
+    assert_eq!(redis.get(&junk), Some("not a tat".into()));
+}

@@ -56,15 +56,14 @@ for i = 2, #KEYS do
   local burst = tonumber(ARGV[a + 1])
   local used = tonumber(ARGV[a + 2])
 
+  -- pcall: a foreign key of another type must not stop the script half way (Redis does
+  -- not undo the writes before an error); it counts as no state and SET replaces it.
   local ahead = 0
-  local stored = redis.call('GET', KEYS[i])
-  if stored then
+  local stored = redis.pcall('GET', KEYS[i])
+  if type(stored) == 'string' then
     local s, n = string.match(stored, '^(%d+):(%d+)$')
     if s then
       ahead = (tonumber(s) - now_s) * NS + (tonumber(n) - now_ns)
-    elseif used == 0 then
-      -- Not ours (or corrupt): it would linger without a TTL.
-      redis.call('DEL', KEYS[i])
     end
   end
   if ahead < 0 then
