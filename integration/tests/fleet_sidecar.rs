@@ -76,6 +76,17 @@ async fn metric_sum(sc: &Sidecar, prefix: &str) -> f64 {
         .sum()
 }
 
+/// The key's expiry (`PEXPIRETIME`, Redis's clock, unix ms) is its stored TAT (the moment
+/// the bucket is full again) within a millisecond.
+fn assert_expires_when_full(redis: &Redis, key: &str) {
+    let expires_ms = i128::from(redis.cmd(&["PEXPIRETIME", key]).int());
+    let full_ms = tat_ns(redis, key) / 1_000_000;
+    assert!(
+        (expires_ms - full_ms).abs() <= 1,
+        "{key} expires at {expires_ms} ms, full again at {full_ms} ms"
+    );
+}
+
 fn opts(dns: &Blackhole, redis_url: &str, timeout_ms: u32) -> SidecarOpts {
     SidecarOpts {
         redis_timeout_ms: Some(timeout_ms),
@@ -104,14 +115,13 @@ async fn two_replicas_batches_make_one_fleet_bucket_with_exact_figures() {
         }
     );
     let tat_a = tat_ns(&redis, &key);
+    assert_expires_when_full(&redis, &key);
     let pttl = redis.pttl(&key);
-    let ms = t0.elapsed().as_millis() as i64;
-    assert!((30_000 - ms - 1..=30_000).contains(&pttl), "PTTL {pttl}");
+    assert!((1..=30_000).contains(&pttl), "PTTL {pttl}");
 
     // Replica B used 4 of the same bucket (another spelling of the same fingerprint): the
     // TAT moves exactly 4 emission intervals, 3 tokens are left fleet-wide.
     let rb = sync_ok(&b, &batch("envoy-b", 1000, &[("0000C0FFEE", 0.1, 10, 4)])).await;
-    let answered = Instant::now();
     let elapsed_ns = t0.elapsed().as_nanos() as u64;
     assert_eq!(tat_ns(&redis, &key) - tat_a, 40_000_000_000);
     assert_eq!((rb.replicas, rb.keys[0].available), (2, 3));
@@ -120,12 +130,12 @@ async fn two_replicas_batches_make_one_fleet_bucket_with_exact_figures() {
         (70_000_000_000 - elapsed_ns..70_000_000_000).contains(&full),
         "full_in_ns {full}"
     );
-    // The key expires when the bucket is full again (within a ms, plus the time since).
+    // The key expires when the bucket is full again.
+    assert_expires_when_full(&redis, &key);
     let pttl = redis.pttl(&key);
     let full_ms = full.div_ceil(1_000_000) as i64;
-    let since = answered.elapsed().as_millis() as i64;
     assert!(
-        (full_ms - since - 1..=full_ms).contains(&pttl),
+        (1..=full_ms).contains(&pttl),
         "PTTL {pttl}, full in {full_ms} ms"
     );
 
@@ -188,6 +198,7 @@ async fn a_bucket_goes_into_debt_and_expires_when_full_again() {
     // Debt delays everyone: 2 more move the TAT by exactly 1 s, nothing is available.
     let r = sync_ok(&a, &batch("r", 1000, &[("de", 2.0, 4, 2)])).await;
     assert_eq!(tat_ns(&redis, &key) - tat0, 1_000_000_000);
+    assert_expires_when_full(&redis, &key);
     assert_eq!(r.keys[0].available, 0);
     assert!(r.keys[0].full_in_ns > 5_000_000_000 && r.keys[0].full_in_ns <= 6_000_000_000);
 
@@ -196,7 +207,7 @@ async fn a_bucket_goes_into_debt_and_expires_when_full_again() {
     let t0 = Instant::now();
     let r = sync_ok(&a, &batch("r", 1000, &[("ab", 10.0, 5, 2)])).await;
     assert_eq!(r.keys, vec![state(3, 200_000_000)]);
-    assert!(redis.pttl(&short) <= 200);
+    assert_expires_when_full(&redis, &short);
     // Waiting for the key's own expiry.
     let gone = poll_until(Duration::from_secs(5), || async {
         (redis.pttl(&short) == -2).then_some(t0.elapsed())
@@ -571,21 +582,21 @@ async fn verification_falls_back_to_dns_when_redis_is_slow_or_gone() {
         .collect();
     let dns = Dnsmasq::start(&records).await;
     let fleet = || SidecarOpts {
-        redis_timeout_ms: Some(200),
+        redis_timeout_ms: Some(1000),
         ..SidecarOpts::fleet(dns.addr(), &redis.url())
     };
     let slow = Sidecar::start(fleet()).await;
     let gone = Sidecar::start(fleet()).await;
-    // Slow Redis: the first lookup waits out the timeout, then DNS decides; for the next
-    // second verdict lookups skip Redis, so the next verification does not wait.
-    redis.pause(Duration::from_millis(2000));
+    // Slow Redis: the first lookup waits out the timeout (1 s here), then DNS decides; for
+    // the next second verdict lookups skip Redis, so the next verification does not wait.
+    redis.pause(Duration::from_millis(3000));
     let took = timed_verify(&slow, "192.0.2.1").await;
     assert!(
-        took >= Duration::from_millis(200) && took < Duration::from_millis(600),
+        took >= Duration::from_millis(1000) && took < Duration::from_millis(1600),
         "{took:?}"
     );
     let took = timed_verify(&slow, "192.0.2.2").await;
-    assert!(took < Duration::from_millis(150), "{took:?}");
+    assert!(took < Duration::from_millis(500), "{took:?}");
     assert_eq!(
         slow.metric("crawlguard_verifier_redis_errors_total{op=\"verdict_get\",kind=\"timeout\"}")
             .await,
@@ -595,9 +606,9 @@ async fn verification_falls_back_to_dns_when_redis_is_slow_or_gone() {
     // Redis gone: verification answers from DNS, within the timeout.
     redis.kill();
     let took = timed_verify(&gone, "192.0.2.3").await;
-    assert!(took < Duration::from_millis(400), "{took:?}");
+    assert!(took < Duration::from_millis(1500), "{took:?}");
     let took = timed_verify(&gone, "192.0.2.4").await;
-    assert!(took < Duration::from_millis(150), "{took:?}");
+    assert!(took < Duration::from_millis(500), "{took:?}");
     assert_eq!(
         metric_sum(
             &gone,
