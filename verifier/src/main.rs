@@ -312,14 +312,9 @@ async fn serve(
         },
         metrics.clone(),
     );
-    let store = match &config.redis.url {
-        Some(_) => {
-            if config
-                .redis
-                .url
-                .as_deref()
-                .is_some_and(|u| u.starts_with("rediss:"))
-            {
+    let store = match config.redis.url.as_deref() {
+        Some(url) => {
+            if url.starts_with("rediss:") {
                 // rustls with ring only; an error means a provider is already installed.
                 let _ = rustls::crypto::ring::default_provider().install_default();
             }
