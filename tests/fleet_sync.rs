@@ -141,12 +141,17 @@ impl Fleet {
     /// and a client at `ip` sends `per_s` requests a second spread round-robin over every
     /// Envoy (and over each Envoy's workers). Returns the requests forwarded.
     fn run(&mut self, secs: u64, per_s: u64, interval_ms: u64, ip: &str) -> u64 {
+        self.run_timed(secs, per_s, interval_ms, ip).len() as u64
+    }
+
+    /// [`Fleet::run`], returning when each forwarded request was sent, ms from the start.
+    fn run_timed(&mut self, secs: u64, per_s: u64, interval_ms: u64, ip: &str) -> Vec<u64> {
         let start = self.now;
         let workers: Vec<(usize, usize)> = (0..self.envoys.len())
             .flat_map(|e| (0..self.envoys[e].len()).map(move |w| (e, w)))
             .collect();
         let gap_ms = 1000 / per_s;
-        let mut admitted = 0;
+        let mut admitted = Vec::new();
         let mut sent = 0usize;
         for ms in 0..secs * 1000 {
             self.set_clock(start + ms * MS);
@@ -161,7 +166,9 @@ impl Fleet {
                 let e = sent % n;
                 let w = (sent / n) % self.envoys[e].len();
                 sent += 1;
-                admitted += u64::from(self.get(e, w, ip));
+                if self.get(e, w, ip) {
+                    admitted.push(ms);
+                }
             }
         }
         self.set_clock(start + secs * S);
@@ -183,7 +190,7 @@ const FLEET_ON: &str = r#"{"enabled":true,"sync_interval_ms":500}"#;
 fn three_envoys_admit_one_limit_not_three() {
     // 5/s, burst 10, 20 s at 40 requests/s spread over 3 Envoys x 2 workers.
     let theory = 10 + 5 * 20;
-    let bound = theory + 3 * 5 / 2; // + replicas x rate x interval
+    let bound = theory + overshoot_bound(3, 5.0, 10, 500).floor() as u64;
     let mut fleet = Fleet::new(&config(10, FLEET_ON), 3, 2);
     let with = fleet.run(20, 40, 500, "192.0.2.1");
     let mut alone = Fleet::new(&config(10, r#"{"enabled":false}"#), 3, 2);
@@ -203,6 +210,90 @@ fn three_envoys_admit_one_limit_not_three() {
     assert_eq!(fleet.counter("crawlguard.fleet.syncs"), 6 * 40);
     assert_eq!(fleet.gauge(2, 1, "crawlguard.fleet.replicas"), Some(3));
     assert_eq!(fleet.gauge(2, 1, "crawlguard.fleet.degraded"), Some(0));
+}
+
+/// The most admissions in any window of `t_ms` less the limit's own `burst + rate x t`:
+/// the overshoot over every window of the run.
+fn worst_overshoot(admitted: &[u64], rate_per_s: f64, burst: u32) -> f64 {
+    let mut worst = f64::MIN;
+    for (i, start) in admitted.iter().enumerate() {
+        for (j, end) in admitted.iter().enumerate().skip(i) {
+            let t_s = (end - start) as f64 / 1000.0;
+            let over = (j - i + 1) as f64 - (f64::from(burst) + rate_per_s * t_s);
+            worst = worst.max(over);
+        }
+    }
+    worst
+}
+
+/// The README's bound on the overshoot beyond `burst + rate x t`, tokens:
+/// `(replicas - 1) x (1 + 2 x rate x interval) + sqrt((replicas - 1) x rate x burst x interval)`.
+/// The first term is the steady state (each replica hears what the others took within two
+/// intervals, and all may admit one token on the same tick); the second the time a burst
+/// takes to spend, while each replica refills at the full rate.
+fn overshoot_bound(replicas: usize, rate: f64, burst: u32, interval_ms: u64) -> f64 {
+    let others = (replicas - 1) as f64;
+    let interval_s = interval_ms as f64 / 1000.0;
+    others * (1.0 + 2.0 * rate * interval_s)
+        + (others * rate * f64::from(burst) * interval_s).sqrt()
+}
+
+#[test]
+fn the_overshoot_stays_within_the_stated_bound_over_every_window() {
+    // Fixed cases, then fleets drawn from a fixed-seed generator: (replicas, workers,
+    // rate_per_s, burst, interval_ms, client requests per second).
+    let mut cases = vec![
+        (3, 2, 5.0, 10, 500, 40),
+        (5, 1, 2.0, 20, 1000, 50),
+        (2, 4, 50.0, 100, 250, 500),
+        (3, 1, 10.0, 93, 100, 250),
+        (6, 2, 3.0, 60, 250, 90),
+    ];
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    for _ in 0..25 {
+        cases.push((
+            2 + next(7) as usize,
+            1 + next(3) as usize,
+            [0.5, 1.0, 2.0, 5.0, 10.0, 30.0][next(6) as usize],
+            1 + next(100) as u32,
+            [100, 250, 500, 1000][next(4) as usize],
+            [2, 5, 10, 20, 50, 100, 250][next(7) as usize],
+        ));
+    }
+    let mut worst_share: f64 = 0.0;
+    for (replicas, workers, rate, burst, interval_ms, per_s) in cases {
+        let json = format!(
+            r#"{{"verifier":{{"enabled":false}},
+                "limits":[{{"name":"human","class":"human","route":"*","rate_per_s":{rate},"burst":{burst},"key":"client_ip"}}],
+                "fleet":{{"enabled":true,"sync_interval_ms":{interval_ms},"timeout_ms":50}}}}"#
+        );
+        let mut fleet = Fleet::new(&json, replicas, workers);
+        fleet.run(3, 1, interval_ms, "198.51.100.1");
+        let admitted = fleet.run_timed(15, per_s, interval_ms, "192.0.2.1");
+        let bound = overshoot_bound(replicas, rate, burst, interval_ms);
+        let worst = worst_overshoot(&admitted, rate, burst);
+        worst_share = worst_share.max(worst / bound);
+        let case = format!(
+            "{replicas} Envoys x {workers} workers, {rate}/s burst {burst}, sync {interval_ms} \
+             ms, client {per_s}/s: {} admitted in 15 s (limit {}), worst window overshoot \
+             {worst:.1} (bound {bound:.1})",
+            admitted.len(),
+            (f64::from(burst) + rate * 15.0).floor()
+        );
+        println!("{case}");
+        assert!(worst <= bound, "{case}");
+        // Not stricter than the limit either, when the client asks for more.
+        if per_s as f64 > rate * 1.2 {
+            assert!(admitted.len() as f64 >= rate * 15.0 * 0.95, "{case}");
+        }
+    }
+    println!("worst overshoot / bound: {worst_share:.2}");
 }
 
 #[test]

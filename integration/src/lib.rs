@@ -1,6 +1,6 @@
 //! Real-process test harness for the crawlguard wasm filter: Envoy, the scriptable test
-//! upstream, dnsmasq and the verifier sidecar as real processes on free loopback ports, and
-//! clients that play many client IPs against them.
+//! upstream, dnsmasq, Redis and the verifier sidecar as real processes on free loopback
+//! ports, and clients that play many client IPs against them.
 //!
 //! | module | what is in it |
 //! |---|---|
@@ -14,6 +14,7 @@
 //! | [`raw_http1`] | HTTP/1.1 by hand: exact request bytes, keep-alive, pipelining ([`raw`], [`RawHttp1`]) |
 //! | [`dns`] | [`Dnsmasq`] with a test's [`Record`]s, [`SlowDns`], [`Blackhole`] |
 //! | [`sidecar`] | [`Sidecar`]: the `crawlguard-verifier` process |
+//! | [`redis`] | [`Redis`]: `redis-server` on a free port (kill, restart, pause, a RESP client of its own), [`SlowProxy`] |
 //! | [`stack`] | [`Stack`]: Envoy + sidecar + dnsmasq |
 //! | [`checks`] | checks the suites share: [`Table`], [`assert_clean_rejection`], [`assert_log_clean`] |
 //!
@@ -28,6 +29,7 @@ pub mod filter_config;
 pub mod paths;
 pub mod process;
 pub mod raw_http1;
+pub mod redis;
 pub mod sidecar;
 pub mod stack;
 pub mod upstream;
@@ -46,6 +48,9 @@ pub use filter_config::{FilterConfig, Limit, NO_REFILL_PER_S};
 pub use paths::{envoy_bin, repo_root, test_upstream_bin, wasm_path};
 pub use process::{NotReady, Process};
 pub use raw_http1::{raw, raw_request, raw_statuses, RawHeaders, RawHttp1};
+pub use redis::{
+    redis_cmd, redis_cmd_auth, redis_server_bin, Redis, RedisOpts, RedisReply, RedisTls, SlowProxy,
+};
 pub use sidecar::{verifier_bin, Sidecar, SidecarOpts};
 pub use stack::Stack;
 pub use upstream::{upstream_path, TestUpstream};

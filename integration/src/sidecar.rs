@@ -12,6 +12,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
+use crawlguard_contract::fleet::{SyncRequest, PATH as FLEET_SYNC_PATH};
+
 use crate::client::harness_client;
 use crate::paths::{profile_dir, repo_root};
 use crate::process::{temp_dir, Process};
@@ -138,6 +140,14 @@ pub struct SidecarOpts {
     /// Files written into the sidecar's temp directory before it starts: `(name, content)`
     /// (e.g. a range file the configuration names).
     pub files: Vec<(String, String)>,
+    /// `--redis` (fleet mode), e.g. [`crate::Redis::url`].
+    pub redis: Option<String>,
+    /// `--redis-timeout-ms`.
+    pub redis_timeout_ms: Option<u32>,
+    /// `--redis-prefix`.
+    pub redis_prefix: Option<String>,
+    /// Extra environment variables of the process (e.g. `SSL_CERT_FILE`).
+    pub env: Vec<(String, String)>,
 }
 
 impl SidecarOpts {
@@ -146,6 +156,14 @@ impl SidecarOpts {
         SidecarOpts {
             nameservers: vec![dns],
             ..Default::default()
+        }
+    }
+
+    /// [`SidecarOpts::dns`] in fleet mode: `--redis redis`.
+    pub fn fleet(dns: SocketAddr, redis: &str) -> SidecarOpts {
+        SidecarOpts {
+            redis: Some(redis.to_string()),
+            ..SidecarOpts::dns(dns)
         }
     }
 }
@@ -186,6 +204,15 @@ impl Sidecar {
         for (name, content) in &opts.files {
             std::fs::write(dir.path().join(name), content).expect("write sidecar file");
         }
+        if let Some(url) = &opts.redis {
+            args.extend(["--redis".into(), url.clone()]);
+        }
+        if let Some(ms) = opts.redis_timeout_ms {
+            args.extend(["--redis-timeout-ms".into(), ms.to_string()]);
+        }
+        if let Some(prefix) = &opts.redis_prefix {
+            args.extend(["--redis-prefix".into(), prefix.clone()]);
+        }
         if let Some(toml) = &opts.config_toml {
             let path = dir.path().join("verifier.toml");
             std::fs::write(&path, toml).expect("write verifier.toml");
@@ -197,7 +224,9 @@ impl Sidecar {
             dir,
             Command::new(&bin)
                 .args(&args)
-                .env_remove("CRAWLGUARD_VERIFIER_CONFIG"),
+                .env_remove("CRAWLGUARD_VERIFIER_CONFIG")
+                .env_remove("CRAWLGUARD_VERIFIER_REDIS")
+                .envs(opts.env.iter().map(|(k, v)| (k, v))),
         );
         let addr = process
             .wait_listening(READY_DEADLINE)
@@ -233,6 +262,48 @@ impl Sidecar {
     /// Its log (stdout and stderr).
     pub fn log(&self) -> String {
         self.process.log()
+    }
+
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.id()
+    }
+
+    /// `GET path_and_query`: status and body.
+    pub async fn get(&self, path_and_query: &str) -> (u16, String) {
+        let r = self
+            .http
+            .get(format!("http://{}{path_and_query}", self.addr))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path_and_query}: {e}"));
+        let status = r.status().as_u16();
+        (status, r.text().await.expect("sidecar body"))
+    }
+
+    /// `GET /v1/verify?ip=..&bot=..`: status and body.
+    pub async fn verify(&self, ip: &str, bot: &str) -> (u16, String) {
+        self.get(&format!("/v1/verify?ip={ip}&bot={bot}")).await
+    }
+
+    /// `POST path` with `body` (sent as `application/json`): status and body.
+    pub async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, String) {
+        let r = self
+            .http
+            .post(format!("http://{}{path}", self.addr))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+        let status = r.status().as_u16();
+        (status, r.text().await.expect("sidecar body"))
+    }
+
+    /// `POST /v1/fleet/sync` with `req`: status and body.
+    pub async fn fleet_sync(&self, req: &SyncRequest) -> (u16, String) {
+        let body = serde_json::to_string(req).expect("serialise a SyncRequest");
+        self.post(FLEET_SYNC_PATH, body).await
     }
 
     /// Its Prometheus text (`GET /metrics`).

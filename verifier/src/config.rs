@@ -24,6 +24,8 @@ pub struct Config {
     pub dns: DnsConfig,
     /// Verdict cache settings.
     pub cache: CacheConfig,
+    /// Fleet mode: the Redis store shared by every sidecar of a fleet (off without a URL).
+    pub redis: RedisConfig,
     /// How long each verdict may be cached, by the sidecar and by the filter (`ttl_s`).
     pub ttl: TtlConfig,
     /// Range-file reloading.
@@ -59,6 +61,64 @@ pub struct DnsConfig {
 pub struct CacheConfig {
     /// Maximum number of cached (ip, bot) verdicts; least recently used go first.
     pub max_entries: u64,
+}
+
+/// Fleet mode: the Redis store shared by the sidecars of one fleet (bucket sync at
+/// `POST /v1/fleet/sync`, shared FCrDNS verdicts). Without `url` fleet mode is off: the sync
+/// endpoint answers 503 and verification works alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host[:port][/db]`, `rediss://...` (TLS) or
+    /// `unix:///path/to/redis.sock`. Absent: fleet mode off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Bound on connecting and on every Redis command, in milliseconds: a sync or a verdict
+    /// lookup that takes longer fails (503 / falls back to DNS).
+    pub timeout_ms: u64,
+    /// Prefix of every key this service writes (`<prefix>bucket:<key>`,
+    /// `<prefix>verdict:<bot>:<ip>`, `<prefix>replicas`): 1..=64 chars of
+    /// `[A-Za-z0-9:._{}-]` (`{...}` makes it a Redis Cluster hash tag).
+    pub prefix: String,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: None,
+            timeout_ms: 200,
+            prefix: "crawlguard:".into(),
+        }
+    }
+}
+
+impl RedisConfig {
+    /// Checks the three fields; the error names the first bad one and never repeats the URL
+    /// (it may carry a password).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(url) = &self.url {
+            crate::redis_store::check_url(url)
+                .map_err(|reason| ConfigError(format!("redis.url: {reason}")))?;
+        }
+        if self.timeout_ms == 0 || self.timeout_ms > 60_000 {
+            return Err(ConfigError(format!(
+                "redis.timeout_ms: must be 1..=60000, got {}",
+                self.timeout_ms
+            )));
+        }
+        let p = &self.prefix;
+        if p.is_empty()
+            || p.len() > 64
+            || !p
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b":._{}-".contains(&b))
+        {
+            return Err(ConfigError(format!(
+                "redis.prefix: must be 1..=64 chars of [A-Za-z0-9:._{{}}-], got {p:?}"
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Verdict lifetimes in seconds.
@@ -112,6 +172,7 @@ impl Default for Config {
             listen: "127.0.0.1:9090".parse().expect("valid literal"),
             dns: DnsConfig::default(),
             cache: CacheConfig::default(),
+            redis: RedisConfig::default(),
             ttl: TtlConfig::default(),
             ranges: RangesConfig::default(),
             bots_mode: BotsMode::Merge,
@@ -235,6 +296,7 @@ impl Config {
         if self.cache.max_entries == 0 {
             return err("cache.max_entries: must be at least 1".into());
         }
+        self.redis.validate()?;
         for (name, v) in [
             ("ttl.verified_s", self.ttl.verified_s),
             ("ttl.spoofed_s", self.ttl.spoofed_s),
@@ -373,6 +435,37 @@ mod tests {
             .starts_with("bots[0].domains[0]"));
         let c = Config::from_toml("[ttl]\nunknown_s=0\n").unwrap();
         assert!(c.validate().unwrap_err().0.starts_with("ttl.unknown_s"));
+    }
+
+    #[test]
+    fn redis_section_is_validated_without_echoing_the_url() {
+        let c = Config::from_toml(
+            "[redis]\nurl='redis://:pw@10.0.0.5:6380/1'\ntimeout_ms=150\nprefix='{cg}:'\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.redis.url.as_deref(), Some("redis://:pw@10.0.0.5:6380/1"));
+        assert_eq!(
+            (c.redis.timeout_ms, c.redis.prefix.as_str()),
+            (150, "{cg}:")
+        );
+        assert_eq!(Config::default().redis.timeout_ms, 200);
+        assert_eq!(Config::default().redis.prefix, "crawlguard:");
+        assert_eq!(Config::default().redis.url, None);
+        for (doc, field) in [
+            ("[redis]\nurl='http://:pw@x'\n", "redis.url"),
+            ("[redis]\nurl='pw@x:6379'\n", "redis.url"),
+            ("[redis]\ntimeout_ms=0\n", "redis.timeout_ms"),
+            ("[redis]\ntimeout_ms=60001\n", "redis.timeout_ms"),
+            ("[redis]\nprefix=''\n", "redis.prefix"),
+            ("[redis]\nprefix='a b'\n", "redis.prefix"),
+        ] {
+            let e = Config::from_toml(doc).unwrap().validate().unwrap_err().0;
+            assert!(e.starts_with(field), "{doc}: {e}");
+            assert!(!e.contains("pw"), "{doc}: {e}");
+        }
+        let e = Config::from_toml("[redis]\nuri='redis://x'\n").unwrap_err();
+        assert!(e.0.contains("uri"), "{e}");
     }
 
     #[test]

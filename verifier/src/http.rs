@@ -1,4 +1,5 @@
-//! The HTTP API: `GET /v1/verify`, `GET /healthz`, `GET /metrics`.
+//! The HTTP API: `GET /v1/verify`, `GET /healthz`, `GET /metrics`, and fleet mode's
+//! `POST /v1/fleet/sync` ([`crate::fleet`], merged in by [`router_with_fleet`]).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
 
+use crate::fleet::Fleet;
 use crate::resolver::Resolve;
 use crate::verify::Verifier;
 use crawlguard_contract::bot_id::is_valid_bot_id;
@@ -96,4 +98,9 @@ pub fn router<R: Resolve>(verifier: Arc<Verifier<R>>) -> Router {
         .route("/metrics", get(metrics::<R>))
         .fallback(not_found)
         .with_state(verifier)
+}
+
+/// [`router`] plus the fleet sync route (`POST /v1/fleet/sync`, 503 while fleet mode is off).
+pub fn router_with_fleet<R: Resolve>(verifier: Arc<Verifier<R>>, fleet: Fleet) -> Router {
+    router(verifier).merge(crate::fleet::router(fleet))
 }

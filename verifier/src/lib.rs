@@ -5,12 +5,18 @@
 //! then forward-confirmed reverse DNS ([`verify::fcrdns`]). Verdicts are cached per
 //! (ip, bot) with per-verdict lifetimes, and concurrent requests for one key share one
 //! resolution ([`verify::Verifier`]). The HTTP API is in [`http`].
+//!
+//! Fleet mode (with `--redis`): [`fleet`] serves `POST /v1/fleet/sync`, which applies each
+//! Envoy's bucket consumption to Redis atomically, and [`redis_store`] is the one Redis
+//! client, which also shares FCrDNS verdicts across the fleet.
 
 pub mod catalog;
 pub mod config;
 pub mod domain;
+pub mod fleet;
 pub mod http;
 pub mod metrics;
 pub mod ranges;
+pub mod redis_store;
 pub mod resolver;
 pub mod verify;

@@ -14,15 +14,18 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use crawlguard_verifier::config::Config;
+use crawlguard_verifier::fleet::Fleet;
 use crawlguard_verifier::metrics::{FileLabels, Metrics, ReloadLabels};
 use crawlguard_verifier::ranges::{RangeStore, RefreshOutcome};
+use crawlguard_verifier::redis_store::RedisStore;
 use crawlguard_verifier::resolver::{DnsSettings, HickoryResolver};
 use crawlguard_verifier::verify::{Verifier, VerifierSettings};
 
 /// Verifies that a request claiming to be a known bot (Googlebot, Bingbot, GPTBot, ...)
 /// comes from that bot's operator, by forward-confirmed reverse DNS and by the operator's
 /// published IP-range files. Serves `GET /v1/verify?ip=..&bot=..`, `GET /healthz` and
-/// `GET /metrics`.
+/// `GET /metrics`; with `--redis` (fleet mode) also `POST /v1/fleet/sync`, and shares
+/// verdicts with the other sidecars of the fleet.
 ///
 /// Settings come from built-in defaults, then the config file, then these flags (a flag
 /// wins over the file).
@@ -82,6 +85,27 @@ struct Cli {
     #[arg(long, value_name = "S")]
     ttl_unknown_s: Option<u64>,
 
+    /// Fleet mode: the Redis shared by every sidecar of the fleet, as
+    /// `redis://[user:password@]host[:port][/db]`, `rediss://...` (TLS) or `unix:///path`.
+    /// Without it `POST /v1/fleet/sync` answers 503. Prefer the environment variable for a
+    /// URL with a password (command lines are visible to other users).
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "CRAWLGUARD_VERIFIER_REDIS",
+        hide_env_values = true
+    )]
+    redis: Option<String>,
+
+    /// Bound on connecting to Redis and on every Redis operation, in milliseconds; a sync
+    /// that takes longer answers 503. [default: 200]
+    #[arg(long, value_name = "MS")]
+    redis_timeout_ms: Option<u64>,
+
+    /// Prefix of every Redis key this service writes. [default: crawlguard:]
+    #[arg(long, value_name = "PREFIX")]
+    redis_prefix: Option<String>,
+
     /// Log filter (tracing EnvFilter syntax, e.g. `info` or `crawlguard_verifier=debug`).
     /// Falls back to RUST_LOG, then `info`. Logs go to stderr.
     #[arg(long, value_name = "FILTER")]
@@ -128,6 +152,15 @@ impl Cli {
         }
         if let Some(v) = self.ttl_unknown_s {
             c.ttl.unknown_s = v;
+        }
+        if let Some(v) = &self.redis {
+            c.redis.url = Some(v.clone());
+        }
+        if let Some(v) = self.redis_timeout_ms {
+            c.redis.timeout_ms = v;
+        }
+        if let Some(v) = &self.redis_prefix {
+            c.redis.prefix = v.clone();
         }
     }
 }
@@ -266,7 +299,7 @@ async fn serve(
         attempts: config.dns.attempts,
     })
     .context("configuring DNS resolution")?;
-    let verifier = Arc::new(Verifier::new(
+    let mut verifier = Verifier::new(
         Arc::new(resolver),
         ranges.clone(),
         catalog.clone(),
@@ -278,7 +311,30 @@ async fn serve(
             max_ptr_names: config.dns.max_ptr_names,
         },
         metrics.clone(),
-    ));
+    );
+    let store = match config.redis.url.as_deref() {
+        Some(url) => {
+            if url.starts_with("rediss:") {
+                // rustls with ring only; an error means a provider is already installed.
+                let _ = rustls::crypto::ring::default_provider().install_default();
+            }
+            let store = Arc::new(
+                RedisStore::new(&config.redis, metrics.clone())
+                    .map_err(anyhow::Error::msg)
+                    .context("configuring Redis")?,
+            );
+            tracing::info!(
+                redis = store.target(),
+                timeout_ms = config.redis.timeout_ms,
+                prefix = %config.redis.prefix,
+                "fleet mode on: bucket sync and shared verdicts in Redis"
+            );
+            verifier = verifier.with_shared_verdicts(store.clone());
+            Some(store)
+        }
+        None => None,
+    };
+    let verifier = Arc::new(verifier);
 
     if !ranges.paths().is_empty() {
         let verifier = verifier.clone();
@@ -317,8 +373,12 @@ async fn serve(
         writeln!(out, "listening on {bound}").context("writing to stdout")?;
         out.flush().context("writing to stdout")?;
     }
-    axum::serve(listener, crawlguard_verifier::http::router(verifier))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("serving HTTP")
+    let fleet = Fleet::new(store, metrics);
+    axum::serve(
+        listener,
+        crawlguard_verifier::http::router_with_fleet(verifier, fleet),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await
+    .context("serving HTTP")
 }

@@ -58,6 +58,8 @@ pub struct FileLabels {
 /// Every metric the verifier exports.
 pub struct Metrics {
     registry: Registry,
+    /// Fleet mode: Redis and the sync endpoint.
+    pub fleet: FleetMetrics,
     /// Answers given, by bot, method and verdict (cache hits included).
     pub verdicts: Family<VerdictLabels, Counter>,
     /// Verdicts served from the cache (including requests that joined an in-flight
@@ -162,8 +164,11 @@ impl Metrics {
             range_prefixes.clone(),
         );
 
+        let fleet = FleetMetrics::register(&mut registry);
+
         Metrics {
             registry,
+            fleet,
             verdicts,
             cache_hits,
             cache_misses,
@@ -206,5 +211,134 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+/// Labels of the Redis command series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RedisOpLabels {
+    /// `sync` (a batch's script), `verdict_get` or `verdict_set`.
+    pub op: String,
+}
+
+/// Labels of `redis_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RedisErrorLabels {
+    /// `sync`, `verdict_get` or `verdict_set`.
+    pub op: String,
+    /// `timeout`, `connection`, `server`, `reply` or `other`.
+    pub kind: String,
+}
+
+/// Labels of `fleet_sync_batches_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SyncResultLabels {
+    /// `ok`, `invalid` (400/413), `unavailable` (Redis error, 503) or `off` (no Redis, 503).
+    pub result: String,
+}
+
+/// Fleet-mode metrics: Redis commands, sync batches, replicas, shared verdicts.
+pub struct FleetMetrics {
+    /// Redis command latency (a whole script or pipeline, as the caller waits for it),
+    /// seconds, by operation; failed and timed-out commands included.
+    pub redis_duration: Family<RedisOpLabels, Histogram, fn() -> Histogram>,
+    /// Redis failures by operation and kind.
+    pub redis_errors: Family<RedisErrorLabels, Counter>,
+    /// Sync batches answered, by result.
+    pub sync_batches: Family<SyncResultLabels, Counter>,
+    /// Keys per applied sync batch.
+    pub sync_batch_keys: Histogram,
+    /// Live replicas reported by the last applied batch.
+    pub replicas: Gauge,
+    /// FCrDNS verdicts found in Redis (another sidecar resolved them).
+    pub verdict_hits: Counter,
+    /// FCrDNS verdicts not in Redis (resolved here, then stored).
+    pub verdict_misses: Counter,
+}
+
+impl FleetMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        // 0.1 ms .. ~3.3 s.
+        let redis_duration =
+            Family::<RedisOpLabels, Histogram, fn() -> Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+            });
+        let redis_errors = Family::<RedisErrorLabels, Counter>::default();
+        let sync_batches = Family::<SyncResultLabels, Counter>::default();
+        // 1 .. 16384 keys (a batch holds at most 10,000).
+        let sync_batch_keys = Histogram::new(exponential_buckets(1.0, 2.0, 15));
+        let replicas = Gauge::default();
+        let verdict_hits = Counter::default();
+        let verdict_misses = Counter::default();
+        registry.register(
+            "redis_command_duration_seconds",
+            "Redis command latency by operation (sync script, verdict get/set), errors included",
+            redis_duration.clone(),
+        );
+        registry.register(
+            "redis_errors",
+            "Redis failures by operation and kind",
+            redis_errors.clone(),
+        );
+        registry.register(
+            "fleet_sync_batches",
+            "Fleet sync batches answered, by result",
+            sync_batches.clone(),
+        );
+        registry.register(
+            "fleet_sync_batch_keys",
+            "Keys per applied fleet sync batch",
+            sync_batch_keys.clone(),
+        );
+        registry.register(
+            "fleet_replicas",
+            "Live replicas reported by the last applied sync batch",
+            replicas.clone(),
+        );
+        registry.register(
+            "redis_verdict_hits",
+            "FCrDNS verdicts found in Redis (resolved by another sidecar of the fleet)",
+            verdict_hits.clone(),
+        );
+        registry.register(
+            "redis_verdict_misses",
+            "FCrDNS verdicts not found in Redis (resolved here)",
+            verdict_misses.clone(),
+        );
+        FleetMetrics {
+            redis_duration,
+            redis_errors,
+            sync_batches,
+            sync_batch_keys,
+            replicas,
+            verdict_hits,
+            verdict_misses,
+        }
+    }
+
+    /// Observes one Redis operation's latency.
+    pub fn redis_latency(&self, op: &str, seconds: f64) {
+        self.redis_duration
+            .get_or_create(&RedisOpLabels { op: op.to_string() })
+            .observe(seconds);
+    }
+
+    /// Counts one Redis failure.
+    pub fn redis_error(&self, op: &str, kind: &str) {
+        self.redis_errors
+            .get_or_create(&RedisErrorLabels {
+                op: op.to_string(),
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one answered sync batch.
+    pub fn sync_batch(&self, result: &str) {
+        self.sync_batches
+            .get_or_create(&SyncResultLabels {
+                result: result.to_string(),
+            })
+            .inc();
     }
 }

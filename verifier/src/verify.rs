@@ -14,6 +14,7 @@ use crate::config::{BotMethods, TtlConfig};
 use crate::domain::{matches_any, normalize_name};
 use crate::metrics::{Metrics, VerdictLabels};
 use crate::ranges::RangeStore;
+use crate::redis_store::{RedisStore, SharedVerdict};
 use crate::resolver::Resolve;
 
 /// The wire types of `GET /v1/verify`, shared with the filter (crate `crawlguard-contract`):
@@ -158,8 +159,10 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// The verification service: catalog + ranges + resolver + bounded verdict cache.
+/// The verification service: catalog + ranges + resolver + bounded verdict cache (+ the
+/// fleet's shared FCrDNS verdicts in Redis, see [`Verifier::with_shared_verdicts`]).
 pub struct Verifier<R: Resolve> {
+    shared: Option<Arc<RedisStore>>,
     resolver: Arc<R>,
     ranges: Arc<RangeStore>,
     catalog: BTreeMap<String, BotMethods>,
@@ -183,6 +186,7 @@ impl<R: Resolve> Verifier<R> {
             .expire_after(PerEntryTtl)
             .build();
         Verifier {
+            shared: None,
             resolver,
             ranges,
             catalog,
@@ -191,6 +195,15 @@ impl<R: Resolve> Verifier<R> {
             settings,
             metrics,
         }
+    }
+
+    /// Shares FCrDNS verdicts with the fleet through `store`: on a cache miss, a verdict
+    /// another sidecar stored is used (with its remaining lifetime) instead of resolving DNS,
+    /// and a verdict resolved here is stored for the others. Redis trouble never fails a
+    /// verification: it falls back to resolving.
+    pub fn with_shared_verdicts(mut self, store: Arc<RedisStore>) -> Self {
+        self.shared = Some(store);
+        self
     }
 
     /// The metrics this verifier reports to.
@@ -235,11 +248,11 @@ impl<R: Resolve> Verifier<R> {
             .or_insert_with(async {
                 let started = Instant::now();
                 let _guard = InFlight::enter(&self.metrics);
-                let outcome = self.decide(ip, methods).await;
+                let (outcome, shared_ttl) = self.decide(ip, bot, methods).await;
                 self.metrics
                     .verify_duration
                     .observe(started.elapsed().as_secs_f64());
-                let ttl = self.ttl_of(outcome.verdict);
+                let ttl = shared_ttl.unwrap_or_else(|| self.ttl_of(outcome.verdict));
                 // Debug, not info: one line per cache miss would flood logs under load;
                 // the verdicts_total series carries the counts.
                 tracing::debug!(
@@ -288,35 +301,70 @@ impl<R: Resolve> Verifier<R> {
         }
     }
 
-    /// Ranges first (no I/O), then FCrDNS if the bot has domains.
-    async fn decide(&self, ip: IpAddr, methods: &BotMethods) -> Outcome {
+    /// Ranges first (no I/O), then FCrDNS if the bot has domains (through the fleet's shared
+    /// verdicts when configured). With a lifetime when the verdict came from the fleet.
+    async fn decide(
+        &self,
+        ip: IpAddr,
+        bot: &str,
+        methods: &BotMethods,
+    ) -> (Outcome, Option<Duration>) {
         let has_ranges = !methods.ranges.is_empty();
         if has_ranges && self.ranges.contains_any(&methods.ranges, ip) {
-            return Outcome::new(Verdict::Verified, Method::IpRange);
+            return (Outcome::new(Verdict::Verified, Method::IpRange), None);
         }
         if !methods.domains.is_empty() {
-            let permit =
-                tokio::time::timeout(self.settings.lookup_slot_wait, self.lookups.acquire()).await;
-            let Ok(Ok(_permit)) = permit else {
-                // Overloaded: better a quick `unknown` (cached briefly) than a queue that
-                // outlives the filter's callout timeout.
-                self.metrics.lookups_rejected.inc();
-                return Outcome::new(Verdict::Unknown, Method::Fcrdns);
+            let Some(shared) = &self.shared else {
+                return (self.resolve(ip, methods).await, None);
             };
-            return fcrdns(
-                self.resolver.as_ref(),
-                &self.metrics,
-                ip,
-                &methods.domains,
-                self.settings.max_ptr_names,
-            )
-            .await;
+            if let Some((v, remaining)) = shared.get_verdict(bot, ip).await {
+                // Never longer than this sidecar would keep it.
+                let ttl = remaining.min(self.ttl_of(v.verdict));
+                let outcome = Outcome {
+                    verdict: v.verdict,
+                    method: v.method,
+                    host: v.host,
+                };
+                return (outcome, Some(ttl));
+            }
+            let outcome = self.resolve(ip, methods).await;
+            if outcome.verdict != Verdict::Unknown {
+                let verdict = SharedVerdict {
+                    verdict: outcome.verdict,
+                    method: outcome.method,
+                    host: outcome.host.clone(),
+                };
+                shared.put_verdict(bot, ip, verdict, self.ttl_of(outcome.verdict));
+            }
+            return (outcome, None);
         }
-        if has_ranges && self.ranges.any_loaded(&methods.ranges) {
-            return Outcome::new(Verdict::Spoofed, Method::IpRange);
-        }
-        // Range-only bot whose files never loaded, or a bot without any method.
-        Outcome::new(Verdict::Unknown, Method::None)
+        let outcome = if has_ranges && self.ranges.any_loaded(&methods.ranges) {
+            Outcome::new(Verdict::Spoofed, Method::IpRange)
+        } else {
+            // Range-only bot whose files never loaded, or a bot without any method.
+            Outcome::new(Verdict::Unknown, Method::None)
+        };
+        (outcome, None)
+    }
+
+    /// FCrDNS with a lookup slot (`unknown` when none frees up in time).
+    async fn resolve(&self, ip: IpAddr, methods: &BotMethods) -> Outcome {
+        let permit =
+            tokio::time::timeout(self.settings.lookup_slot_wait, self.lookups.acquire()).await;
+        let Ok(Ok(_permit)) = permit else {
+            // Overloaded: better a quick `unknown` (cached briefly) than a queue that
+            // outlives the filter's callout timeout.
+            self.metrics.lookups_rejected.inc();
+            return Outcome::new(Verdict::Unknown, Method::Fcrdns);
+        };
+        fcrdns(
+            self.resolver.as_ref(),
+            &self.metrics,
+            ip,
+            &methods.domains,
+            self.settings.max_ptr_names,
+        )
+        .await
     }
 }
 
