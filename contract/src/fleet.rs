@@ -72,6 +72,10 @@ pub struct SyncResponse {
     pub replicas: u32,
 }
 
+/// [`overshoot_bound`] as the READMEs write it (a test keeps them equal).
+pub const OVERSHOOT_FORMULA: &str = "(replicas − 1) × (1 + 2 × rate_per_s × sync_interval_s) + \
+     sqrt((replicas − 1) × rate_per_s × burst × sync_interval_s)";
+
 /// The most a key's fleet-wide admissions over any window of `t` seconds exceed the limit's
 /// own `burst + rate_per_s x t`, in tokens, for `replicas` live replicas syncing every
 /// `interval_ms`:
