@@ -274,3 +274,30 @@ fn every_configuration_field_has_a_readme_row() {
         "configuration fields without a README row: {missing:?}"
     );
 }
+
+#[test]
+fn the_code_map_lists_every_filter_module() {
+    let text = readme();
+    let map = text
+        .split("## Code map")
+        .nth(1)
+        .and_then(|t| t.split("\n## ").next())
+        .expect("README has a Code map section");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&root).expect("src/") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let listed = if path.is_dir() {
+            format!("src/{name}/")
+        } else if name == "lib.rs" {
+            continue;
+        } else {
+            format!("src/{name}")
+        };
+        if !map.lines().any(|l| l.starts_with(&format!("{listed} "))) {
+            missing.push(listed);
+        }
+    }
+    assert!(missing.is_empty(), "modules missing from README's Code map: {missing:?}");
+}
