@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Bounded fuzzing of every parser and encoder the filter owns (fuzz/: cargo-fuzz + libFuzzer):
-# classify, client_ip, config_parse, verifier_response, retry_after, slot_decode.
+# classify, client_ip, config_parse, verifier_response, retry_after, slot_decode, fleet_answer.
 #
 #   scripts/fuzz.sh [SECONDS]    runs each target for SECONDS (default 20) from its checked-in
 #                                seed corpus fuzz/corpus/<target>/; exits non-zero on any crash
@@ -24,7 +24,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 SECS="${1:-20}"
 SANITIZER="${FUZZ_SANITIZER:-none}"
-TARGETS="${FUZZ_TARGETS:-classify client_ip config_parse verifier_response retry_after slot_decode}"
+TARGETS="${FUZZ_TARGETS:-classify client_ip config_parse verifier_response retry_after slot_decode fleet_answer}"
 CARGO_FUZZ_VERSION="0.13.2"
 export RUSTC_BOOTSTRAP=1
 

@@ -23,10 +23,10 @@
 //!   consumption (at most a burst per key: older use has refilled anyway) and sends it
 //!   with the next sync, which it tries every interval. Nothing waits on a sync.
 //!
-//! Overshoot: with N live replicas and sync interval I, a key's fleet-wide admissions over
-//! any window t stay within `burst + rate x t + N x rate x I` (each replica refills at the
-//! full rate for at most one interval before it learns what the others took); the README
-//! states it and the integration tests measure it.
+//! Overshoot: a key's fleet-wide admissions over any window of t seconds stay within
+//! `burst + rate x t` plus [`crawlguard_contract::fleet::overshoot_bound`]; the README
+//! states it, the host tests check it over every window of simulated fleets, and the
+//! integration tests measure it with real Envoys and Redis.
 
 use crate::bucket::{BucketState, Rate};
 use crate::config::{Config, DegradedShare};
@@ -509,7 +509,7 @@ fn synced(
 ) {
     if let Some(since) = st.degraded_since_ns.take() {
         log::warn!(
-            "fleet sync resumed after {} s: limits are fleet-wide again ({} replicas)",
+            "fleet sync resumed after {} s: limits are fleet-wide again (replicas: {})",
             now_ns.saturating_sub(since) / 1_000_000_000,
             a.replicas
         );

@@ -8,9 +8,10 @@
 //!
 //! In the order a request meets them: [`client_ip`], [`classify`] (the matcher over the
 //! [`catalog`], giving a [`class`]), [`verification`] ([`verdict_cache`], [`flights`],
-//! [`verify`]), [`limiter`] ([`bucket`], [`store`], [`slot_table`],
-//! [`local_store`], [`escalation`]), [`shedding`] ([`origin_health`]), [`respond`], and on the
-//! way back [`rewrite`]; [`metrics`] counts it all; [`config`] is parsed once per worker.
+//! [`verify`]), [`shedding`] ([`origin_health`]), [`limiter`] ([`bucket`], [`escalation`],
+//! [`store`], [`slot_table`], [`local_store`], and in fleet mode [`fleet`]), [`respond`], and
+//! on the way back [`rewrite`]; [`metrics`] counts it all; [`config`] is parsed once per
+//! worker. README's "Code map" has one line per module.
 //! What the filter shares with the verifier sidecar (wire types, bot ids, the catalog data
 //! file) is in the `crawlguard-contract` crate.
 

@@ -7,7 +7,9 @@
 use crawlguard::fake_host::FakeProxy;
 use crawlguard::request::Step;
 use crawlguard::store::mem::MemStore;
-use crawlguard_contract::fleet::{validate, KeyState, SyncRequest, SyncResponse, PATH};
+use crawlguard_contract::fleet::{
+    overshoot_bound, validate, KeyState, SyncRequest, SyncResponse, PATH,
+};
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -226,18 +228,6 @@ fn worst_overshoot(admitted: &[u64], rate_per_s: f64, burst: u32) -> f64 {
     worst
 }
 
-/// The README's bound on the overshoot beyond `burst + rate x t`, tokens:
-/// `(replicas - 1) x (1 + 2 x rate x interval) + sqrt((replicas - 1) x rate x burst x interval)`.
-/// The first term is the steady state (each replica hears what the others took within two
-/// intervals, and all may admit one token on the same tick); the second the time a burst
-/// takes to spend, while each replica refills at the full rate.
-fn overshoot_bound(replicas: usize, rate: f64, burst: u32, interval_ms: u64) -> f64 {
-    let others = (replicas - 1) as f64;
-    let interval_s = interval_ms as f64 / 1000.0;
-    others * (1.0 + 2.0 * rate * interval_s)
-        + (others * rate * f64::from(burst) * interval_s).sqrt()
-}
-
 #[test]
 fn the_overshoot_stays_within_the_stated_bound_over_every_window() {
     // Fixed cases, then fleets drawn from a fixed-seed generator: (replicas, workers,
@@ -276,7 +266,7 @@ fn the_overshoot_stays_within_the_stated_bound_over_every_window() {
         let mut fleet = Fleet::new(&json, replicas, workers);
         fleet.run(3, 1, interval_ms, "198.51.100.1");
         let admitted = fleet.run_timed(15, per_s, interval_ms, "192.0.2.1");
-        let bound = overshoot_bound(replicas, rate, burst, interval_ms);
+        let bound = overshoot_bound(replicas as u32, rate, burst, interval_ms as u32);
         let worst = worst_overshoot(&admitted, rate, burst);
         worst_share = worst_share.max(worst / bound);
         let case = format!(

@@ -50,12 +50,18 @@ fn readme_bot_table_lists_the_filters_catalog_in_match_order() {
 #[test]
 fn readme_documents_every_stat_family() {
     let text = readme();
-    let cfg = crawlguard::config::parse(b"").expect("default config");
+    // Every optional family too: shedding (with a route) and fleet mode on.
+    let cfg = crawlguard::config::parse(
+        br#"{"routes":[{"name":"api","path_prefix":"/api"}],
+             "shedding":{"enabled":true},"fleet":{"enabled":true}}"#,
+    )
+    .expect("config");
     for name in crawlguard::metrics::names(&cfg) {
+        let name = [".api.", ".default."]
+            .iter()
+            .fold(name.clone(), |n, r| n.replace(r, ".<route>."));
         let family = name.rsplit_once('.').map_or(name.as_str(), |(f, _)| f);
-        let generic = family
-            .replace(".class.search_crawler", ".class.<class>")
-            .replace(".route.default", ".route.<route>");
+        let generic = family.replace(".class.search_crawler", ".class.<class>");
         assert!(
             text.contains(&generic)
                 || crawlguard::class::Class::ALL
@@ -204,4 +210,94 @@ fn readme_class_policies_and_default_limits_are_the_defaults() {
     }
     assert_eq!(classes, 8);
     assert_eq!(limits, cfg.limits.len());
+}
+
+#[test]
+fn readmes_state_the_fleet_overshoot_bound_as_the_contract_computes_it() {
+    let formula = crawlguard_contract::fleet::OVERSHOOT_FORMULA;
+    assert!(readme().contains(formula), "README.md: {formula}");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let sidecar = std::fs::read_to_string(root.join("verifier/README.md")).expect("read");
+    assert!(sidecar.contains(formula), "verifier/README.md: {formula}");
+    // The worked example: 3 replicas, 5/s, burst 10, 500 ms.
+    let b = crawlguard_contract::fleet::overshoot_bound(3, 5.0, 10, 500);
+    assert_eq!(b.round(), 19.0);
+    assert!(readme().contains("For 3 replicas, 5/s, burst 10, 500 ms: 19 tokens"));
+}
+
+#[test]
+fn every_configuration_field_has_a_readme_row() {
+    let text = readme();
+    let rows: Vec<String> = table_rows(&text)
+        .into_iter()
+        .filter_map(|r| r.first().map(|c| c.trim_matches('`').to_string()))
+        .collect();
+    let defaults: serde_json::Value =
+        serde_json::from_str(crawlguard::config::DEFAULT_CONFIG_JSON).expect("default JSON");
+    let mut missing = Vec::new();
+    // Leaves and sections of the default document; maps keyed by class or route and
+    // lists are documented by their pattern row (`classes.<class>...`, `limits[]...`).
+    fn walk(v: &serde_json::Value, path: String, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m)
+                if !path.starts_with("classes") && !path.ends_with("routes") =>
+            {
+                for (k, v) in m {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(v, p, out);
+                }
+            }
+            _ => out.push(path),
+        }
+    }
+    let mut fields = Vec::new();
+    walk(&defaults, String::new(), &mut fields);
+    for f in fields {
+        // A row documents the field, its parts (`retry_after` for `{min_s, ...}`), or it
+        // is documented by its own sub-rows (`limits[].name`).
+        let documented = rows.iter().any(|r| {
+            r == &f
+                || f.starts_with(&format!("{r}."))
+                || r.starts_with(&format!("{f}."))
+                || r.starts_with(&format!("{f}["))
+        });
+        if !documented {
+            missing.push(f);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "configuration fields without a README row: {missing:?}"
+    );
+}
+
+#[test]
+fn the_code_map_lists_every_filter_module() {
+    let text = readme();
+    let map = text
+        .split("## Code map")
+        .nth(1)
+        .and_then(|t| t.split("\n## ").next())
+        .expect("README has a Code map section");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&root).expect("src/") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let listed = if path.is_dir() {
+            format!("src/{name}/")
+        } else if name == "lib.rs" {
+            continue;
+        } else {
+            format!("src/{name}")
+        };
+        if !map.lines().any(|l| l.starts_with(&format!("{listed} "))) {
+            missing.push(listed);
+        }
+    }
+    assert!(missing.is_empty(), "modules missing from README's Code map: {missing:?}");
 }

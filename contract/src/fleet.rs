@@ -72,6 +72,31 @@ pub struct SyncResponse {
     pub replicas: u32,
 }
 
+/// [`overshoot_bound`] as the READMEs write it (a test keeps them equal).
+pub const OVERSHOOT_FORMULA: &str = "(replicas − 1) × (1 + 2 × rate_per_s × sync_interval_s) + \
+     sqrt((replicas − 1) × rate_per_s × burst × sync_interval_s)";
+
+/// The most a key's fleet-wide admissions over any window of `t` seconds exceed the limit's
+/// own `burst + rate_per_s x t`, in tokens, for `replicas` live replicas syncing every
+/// `interval_ms`:
+///
+/// `(replicas - 1) x (1 + 2 x rate_per_s x interval_s) + sqrt((replicas - 1) x rate_per_s x
+/// burst x interval_s)`.
+///
+/// The first term is the steady state: a replica hears what the others took within two
+/// intervals (one for them to send it, one for it to ask), and after a shared wait every
+/// replica may admit one token at once. The second is spending a full burst: until a
+/// replica hears that the fleet's share is below its own, it refills at the full rate.
+/// The filter's host tests check it over every window of simulated fleets; the README
+/// states it; the integration tests measure it with real Envoys and Redis. 0 for one
+/// replica.
+pub fn overshoot_bound(replicas: u32, rate_per_s: f64, burst: u32, interval_ms: u32) -> f64 {
+    let others = f64::from(replicas.saturating_sub(1));
+    let interval_s = f64::from(interval_ms) / 1000.0;
+    others * (1.0 + 2.0 * rate_per_s * interval_s)
+        + (others * rate_per_s * f64::from(burst) * interval_s).sqrt()
+}
+
 /// True if `s` is a valid replica id.
 pub fn is_valid_replica(s: &str) -> bool {
     !s.is_empty()

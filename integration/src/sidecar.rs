@@ -148,6 +148,8 @@ pub struct SidecarOpts {
     pub redis_prefix: Option<String>,
     /// Extra environment variables of the process (e.g. `SSL_CERT_FILE`).
     pub env: Vec<(String, String)>,
+    /// Listen on this port of 127.0.0.1 (`None`: a free one the sidecar picks).
+    pub port: Option<u16>,
 }
 
 impl SidecarOpts {
@@ -174,6 +176,7 @@ pub struct Sidecar {
     process: Process,
     addr: SocketAddr,
     http: reqwest::Client,
+    opts: SidecarOpts,
 }
 
 impl Sidecar {
@@ -186,9 +189,10 @@ impl Sidecar {
         );
         let bin = verifier_bin();
         let dir = temp_dir("verifier");
+        let listen = format!("127.0.0.1:{}", opts.port.unwrap_or(0));
         let mut args: Vec<String> = vec![
             "--listen".into(),
-            "127.0.0.1:0".into(),
+            listen,
             "--log-level".into(),
             "debug".into(),
         ];
@@ -246,7 +250,20 @@ impl Sidecar {
             process,
             addr,
             http,
+            opts,
         }
+    }
+
+    /// Kills it if it still runs and starts a new one with the same options on the same
+    /// port (so an Envoy cluster pointing at it reaches the new one); returns when it is
+    /// ready.
+    pub async fn restart(&mut self) {
+        self.process.kill();
+        let opts = SidecarOpts {
+            port: Some(self.addr.port()),
+            ..self.opts.clone()
+        };
+        *self = Sidecar::start(opts).await;
     }
 
     /// Where it listens (always on 127.0.0.1).
