@@ -287,7 +287,10 @@ fn the_code_map_lists_every_filter_module() {
     let mut missing = Vec::new();
     for entry in std::fs::read_dir(&root).expect("src/") {
         let path = entry.expect("entry").path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
         let listed = if path.is_dir() {
             format!("src/{name}/")
         } else if name == "lib.rs" {
@@ -299,5 +302,8 @@ fn the_code_map_lists_every_filter_module() {
             missing.push(listed);
         }
     }
-    assert!(missing.is_empty(), "modules missing from README's Code map: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "modules missing from README's Code map: {missing:?}"
+    );
 }
