@@ -168,11 +168,16 @@ impl Sidecar {
         );
         let bin = verifier_bin();
         let dir = temp_dir("verifier");
+        // Hermetic: no fetches of the vendors' range URLs (tests configure their own range
+        // sources) and a range cache of its own.
         let mut args: Vec<String> = vec![
             "--listen".into(),
             "127.0.0.1:0".into(),
             "--log-level".into(),
             "debug".into(),
+            "--no-builtin-range-urls".into(),
+            "--cache-dir".into(),
+            dir.path().join("range-cache").display().to_string(),
         ];
         for ns in &opts.nameservers {
             args.extend(["--nameserver".into(), ns.to_string()]);
