@@ -48,28 +48,39 @@ enum Out {
 /// `Dfa::entry` of a state that ends no entry token.
 const NO_ENTRY: u32 = u32::MAX;
 
-/// A transition table: `u16` state ids while they fit (every realistic catalog), else `u32`.
+/// A transition table: `u16` entries while the state ids fit in 15 bits (every realistic
+/// catalog), else `u32`. The top bit of an entry marks a target state where a token ends, so
+/// the scan reads one table entry per byte.
 #[derive(Debug, Clone)]
 enum Trans {
     Small(Vec<u16>),
     Large(Vec<u32>),
 }
 
-/// A state id stored in a transition table.
+/// An entry of a transition table: a state id and the "a token ends there" mark.
 trait StateId: Copy {
+    /// The target state.
     fn index(self) -> usize;
+    /// Whether a token ends at the target state.
+    fn marked(self) -> bool;
 }
 
 impl StateId for u16 {
     fn index(self) -> usize {
-        usize::from(self)
+        usize::from(self & 0x7fff)
+    }
+    fn marked(self) -> bool {
+        self & 0x8000 != 0
     }
 }
 
 impl StateId for u32 {
     fn index(self) -> usize {
         // State ids are indexes of a Vec, so they fit a usize.
-        self as usize
+        (self & 0x7fff_ffff) as usize
+    }
+    fn marked(self) -> bool {
+        self & 0x8000_0000 != 0
     }
 }
 
@@ -184,9 +195,24 @@ impl Dfa {
                 queue.push_back(next);
             }
         }
-        let trans = match states <= usize::from(u16::MAX) {
-            true => Trans::Small(trans.iter().map(|&t| t as u16).collect()),
-            false => Trans::Large(trans),
+        // Mark every transition into a state where a token ends.
+        let ends = |t: u32| {
+            let t = t as usize;
+            entry.get(t).is_some_and(|&e| e != NO_ENTRY) || flags.get(t).is_some_and(|&f| f != 0)
+        };
+        let trans = match states <= 0x7fff {
+            true => Trans::Small(
+                trans
+                    .iter()
+                    .map(|&t| t as u16 | if ends(t) { 0x8000 } else { 0 })
+                    .collect(),
+            ),
+            false => Trans::Large(
+                trans
+                    .iter()
+                    .map(|&t| t | if ends(t) { 0x8000_0000 } else { 0 })
+                    .collect(),
+            ),
         };
         Dfa {
             classes,
@@ -214,26 +240,35 @@ impl Dfa {
         end_space: bool,
         mut visit: impl FnMut(Hit) -> bool,
     ) {
-        let space = end_space.then_some(b' ');
-        let mut s = 0usize;
-        for (end, &b) in hay.iter().chain(space.iter()).enumerate() {
+        let next = |s: usize, b: u8| {
             let c = usize::from(self.classes[usize::from(b)]);
-            s = trans.get(s * self.stride + c).map_or(0, |t| t.index());
-            let (Some(&entry), Some(&flags)) = (self.entry.get(s), self.flags.get(s)) else {
+            trans.get(s * self.stride + c).copied()
+        };
+        let mut s = 0usize;
+        for (end, &b) in hay.iter().enumerate() {
+            let Some(t) = next(s, b) else {
+                s = 0;
                 continue;
             };
-            if entry == NO_ENTRY && flags == 0 {
-                continue;
-            }
-            let len = self.len.get(s).copied().unwrap_or(0);
-            if visit(Hit {
-                end,
-                entry,
-                flags,
-                len,
-            }) {
+            s = t.index();
+            if t.marked() && visit(self.hit(s, end)) {
                 return;
             }
+        }
+        if end_space {
+            if let Some(t) = next(s, b' ').filter(|t| t.marked()) {
+                visit(self.hit(t.index(), hay.len()));
+            }
+        }
+    }
+
+    /// The outputs of state `s`, reached at `end`.
+    fn hit(&self, s: usize, end: usize) -> Hit {
+        Hit {
+            end,
+            entry: self.entry.get(s).copied().unwrap_or(NO_ENTRY),
+            flags: self.flags.get(s).copied().unwrap_or(0),
+            len: self.len.get(s).copied().unwrap_or(0),
         }
     }
 }
