@@ -35,7 +35,8 @@ struct Cli {
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
 
-    /// Configuration file (TOML): bot catalog, range files, TTLs, DNS and cache settings.
+    /// Configuration file (TOML): bot catalog, range sources (URLs and files), TTLs, DNS and
+    /// cache settings.
     /// Without it the built-in catalog and defaults are used.
     #[arg(
         long,
@@ -112,7 +113,8 @@ struct Cli {
     #[arg(long)]
     print_default_config: bool,
 
-    /// Load and validate the configuration and range files, report, and exit (status 1 on
+    /// Load and validate the configuration, the range files and the cached copies of the
+    /// range URLs (nothing is fetched), report, and exit (status 1 on
     /// any error).
     #[arg(long)]
     check_config: bool,
