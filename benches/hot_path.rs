@@ -16,10 +16,20 @@ const CHROME: &[u8] = b"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/53
 const GOOGLEBOT: &[u8] =
     b"Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
 const CURL: &[u8] = b"curl/8.5.0";
+/// A long mobile browser UA (an in-app browser: every byte is scanned, no entry matches).
+const IPHONE_APP: &[u8] = b"Mozilla/5.0 (iPhone; CPU iPhone OS 17_2 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Mobile/15E148 [FBAN/FBIOS;FBAV/446.0.0.36.110;FBBV/553012637;FBDV/iPhone15,3;FBMD/iPhone;FBSN/iOS;FBSV/17.2;FBSS/3;FBCR/;FBID/phone;FBLC/en_US;FBOP/80]";
+/// Not browser-shaped: the human rule's non-browser fallback.
+const APP: &[u8] = b"Luminary/70 (build 71; iOS 12.2)";
 
 fn classify(c: &mut Criterion) {
     let cl = Classifier::new(builtin_catalog());
-    for (name, ua) in [("chrome", CHROME), ("googlebot", GOOGLEBOT), ("curl", CURL)] {
+    for (name, ua) in [
+        ("chrome", CHROME),
+        ("iphone_app", IPHONE_APP),
+        ("googlebot", GOOGLEBOT),
+        ("curl", CURL),
+        ("non_browser", APP),
+    ] {
         c.bench_function(&format!("classify/{name}"), |b| {
             b.iter(|| black_box(cl.classify(black_box(Some(ua))).class))
         });

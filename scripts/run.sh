@@ -10,9 +10,11 @@ VERIFIER=target/release/crawlguard-verifier
 [ -f "$WASM" ] || { echo "$WASM is missing: run \`make build\` first" >&2; exit 1; }
 [ -x "$VERIFIER" ] || { echo "$VERIFIER is missing: run \`make build-verifier\` first" >&2; exit 1; }
 
-# The sidecar resolves with the system's resolv.conf; range files can be added with
-# VERIFIER_ARGS="--config verifier/verifier.example.toml".
-"$VERIFIER" --listen 127.0.0.1:9090 ${VERIFIER_ARGS:-} >/dev/null &
+# The sidecar resolves with the system's resolv.conf. Its published IP ranges come from the
+# example configuration's range *files* (copies in ../shared/data; `builtin_urls = false`), so
+# `make run` needs no network; VERIFIER_ARGS replaces that, e.g. VERIFIER_ARGS="" to fetch the
+# vendors' URLs (cached in /var/cache/crawlguard-verifier, or --cache-dir DIR).
+"$VERIFIER" --listen 127.0.0.1:9090 ${VERIFIER_ARGS---config verifier/verifier.example.toml} >/dev/null &
 VERIFIER_PID=$!
 trap 'kill "$VERIFIER_PID" 2>/dev/null || true' EXIT INT TERM
 

@@ -1,7 +1,8 @@
 //! The bot catalog, filter side: [`BotEntry`], the shape the matcher compiles and the `bots`
-//! configuration uses, and [`builtin_catalog`], the built-in entries read from the one
-//! catalog data file, `contract/catalog/bots.json` (crate `crawlguard-contract`), which the
-//! verifier sidecar and the README tables are derived from too.
+//! configuration uses; [`builtin_catalog`], the built-in entries; and [`builtin_human_rule`],
+//! who is `human` when no entry matches. Both are read from the one catalog data file,
+//! `contract/catalog/bots.json` (crate `crawlguard-contract`), which the verifier sidecar and
+//! the README tables are derived from too.
 
 use crate::class::Class;
 use serde::{Deserialize, Serialize};
@@ -22,8 +23,42 @@ pub struct BotEntry {
     pub verify: bool,
 }
 
-// `BUILTIN`, generated from the data file by build.rs.
+/// Who is `human`: the data file's `human` rule (`crawlguard_contract::catalog::HumanRule`
+/// documents it), as static token lists.
+///
+/// A User-Agent no catalog entry matches is `human` only when it is browser-shaped: it
+/// contains one of [`HumanRule::browser_forms`]; or its platform section (the first
+/// parenthesised comment, or the first one after the first of
+/// [`HumanRule::platform_section_after`]) contains one of [`HumanRule::device_platforms`]; or
+/// its platform section contains one of [`HumanRule::desktop_platforms`] and the User-Agent one
+/// of [`HumanRule::browser_tokens`]. Otherwise it is [`HumanRule::non_browser_class`] with the
+/// bot id [`HumanRule::non_browser_id`]. Tokens are lowercase, matched ASCII
+/// case-insensitively.
+#[derive(Debug)]
+pub struct HumanRule {
+    /// Bot id of a User-Agent that is neither a catalog bot nor browser-shaped.
+    pub non_browser_id: &'static str,
+    /// Its class by default (`other_bot`); configurable (`non_browser_class`).
+    pub non_browser_class: Class,
+    /// The platform section is also looked for after the first of these (`mozilla/`).
+    pub platform_section_after: &'static [&'static str],
+    /// Phones, tablets, consoles, televisions: enough on their own in the platform section.
+    pub device_platforms: &'static [&'static str],
+    /// Desktop systems: in the platform section, together with a browser token.
+    pub desktop_platforms: &'static [&'static str],
+    /// Browser engines and products, anywhere in the User-Agent.
+    pub browser_tokens: &'static [&'static str],
+    /// Browser forms that are enough wherever they occur.
+    pub browser_forms: &'static [&'static str],
+}
+
+// `BUILTIN` and `HUMAN`, generated from the data file by build.rs.
 include!(concat!(env!("OUT_DIR"), "/builtin_catalog.rs"));
+
+/// The built-in human rule (validated with the data file when the filter is built).
+pub fn builtin_human_rule() -> &'static HumanRule {
+    &HUMAN
+}
 
 /// The built-in catalog, in match order (specific tokens first; the generic `script` and
 /// `declared-bot` rules last).
@@ -108,6 +143,23 @@ mod tests {
                 e.id
             );
         }
+    }
+
+    #[test]
+    fn the_human_rule_is_the_data_files() {
+        let h = builtin_human_rule();
+        assert_eq!(
+            (h.non_browser_id, h.non_browser_class),
+            ("non-browser", Class::OtherBot)
+        );
+        assert_eq!(h.platform_section_after, ["mozilla/"]);
+        assert_eq!(h.device_platforms.len(), 36);
+        assert_eq!(h.desktop_platforms.len(), 22);
+        assert_eq!(h.browser_tokens.len(), 20);
+        assert_eq!(h.browser_forms.len(), 12);
+        assert!(h.device_platforms.contains(&"iphone"));
+        assert!(h.browser_forms.contains(&"cfnetwork/"));
+        assert!(!builtin().iter().any(|e| e.id == h.non_browser_id));
     }
 
     #[test]

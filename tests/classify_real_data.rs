@@ -3,10 +3,13 @@
 //! - `crawler-user-agents/crawler-user-agents.json`: every string of every entry's `instances`
 //!   (all are crawlers, bots or HTTP libraries), counted per class and per tag;
 //! - `uap-core/test_ua.yaml`: every `user_agent_string`, split by its expected `family` into
-//!   *browsers* and *non-browsers* (bots, spiders, libraries; see [`is_non_browser_family`]).
+//!   *browsers*, *apps* (native apps, mail and sync clients, update agents: human-operated
+//!   programs that are not web browsers; see [`APP_FAMILIES`]) and *bots and libraries* (see
+//!   [`is_non_browser`]).
 //!
-//! The thresholds below were set from the measured numbers (printed with `--nocapture`), with
-//! a little headroom; the uap-core browser bound is the project's 0.5% promise.
+//! The bounds are the project's promises (issue 11): at least 97% of the crawler list is not
+//! `human`, at most 0.5% of uap-core's browsers is anything but `human`. The confusion counts
+//! per class are printed (`cargo test --test classify_real_data -- --nocapture`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,14 +24,16 @@ const UAP_TESTS: &str = "../shared/data/uap-core/test_ua.yaml";
 /// Number of `user_agent_string` cases in the pinned uap-core `test_ua.yaml`.
 const UAP_CASES: usize = 1601;
 /// Browsers (uap-core) classed anything but `human`: at most 0.5% (project promise).
+/// Measured: 1 of 432 (0.23%), "Google Web Preview", which uap-core files under Chrome.
 const MAX_BROWSER_NOT_HUMAN_PCT: f64 = 0.5;
-/// crawler-user-agents instances classed `human`: measured 319 of 2,116 (15%). The rest is a
-/// long tail of one-off products with no crawler marker at all ("Zapier", "Klaviyo/1.0",
-/// "fuelbot" with "bot" only at the very end) plus 25 `WhatsApp/x` UAs, which are the user's
-/// own phone fetching a link preview and are deliberately left `human`.
-const MAX_CRAWLER_LIST_HUMAN: usize = 330;
-/// uap-core non-browser cases classed `human`: measured 12 of 864 (1.4%).
-const MAX_UAP_NON_BROWSER_HUMAN_PCT: f64 = 2.0;
+/// crawler-user-agents instances classed anything but `human`: at least 97% (project
+/// promise). Measured: 2,085 of 2,116 (98.53%); the 31 left are browser UAs with a product
+/// name appended and no bot marker ("... Safari/537.36 Hardenize", "... DareBoost"), two
+/// in-app browsers (Instagram, Facebook) and plain browser UAs used by services.
+const MIN_CRAWLER_LIST_NOT_HUMAN_PCT: f64 = 97.0;
+/// uap-core bots and libraries classed `human`: measured 6 of 885 (0.68%), services that
+/// send a browser's UA with a product name in it.
+const MAX_UAP_NON_BROWSER_HUMAN_PCT: f64 = 1.0;
 
 fn read(path: &str) -> String {
     match std::fs::read_to_string(Path::new(path)) {
@@ -93,6 +98,7 @@ fn crawler_user_agents_instances_are_not_human() {
     let mut counts: BTreeMap<Class, usize> = BTreeMap::new();
     let mut by_tag: BTreeMap<String, BTreeMap<Class, usize>> = BTreeMap::new();
     let mut human = Vec::new();
+    let mut by_rule: BTreeMap<&str, usize> = BTreeMap::new();
     let mut total = 0;
     for entry in entries {
         let tags: Vec<&str> = entry["tags"]
@@ -108,6 +114,7 @@ fn crawler_user_agents_instances_are_not_human() {
             let c = classifier.classify(Some(ua.as_bytes()));
             let class = claimed(&c);
             *counts.entry(class).or_default() += 1;
+            *by_rule.entry(rule(&c)).or_default() += 1;
             let tag = tags.first().copied().unwrap_or("(untagged)").to_owned();
             *by_tag.entry(tag).or_default().entry(class).or_default() += 1;
             if class == Class::Human {
@@ -130,12 +137,39 @@ fn crawler_user_agents_instances_are_not_human() {
             .collect();
         eprintln!("    {tag:<18} {}", row.join(" "));
     }
+    print_rules(&by_rule);
     print_examples("crawler-user-agents instances classed human", &human);
+    let not_human_pct = 100.0 * (total - human.len()) as f64 / total as f64;
+    eprintln!(
+        "crawler-user-agents: {} of {total} not human ({not_human_pct:.2}%, min {MIN_CRAWLER_LIST_NOT_HUMAN_PCT}%)",
+        total - human.len()
+    );
     assert!(
-        human.len() <= MAX_CRAWLER_LIST_HUMAN,
-        "{} crawler-list instances classed human (max {MAX_CRAWLER_LIST_HUMAN})",
+        not_human_pct >= MIN_CRAWLER_LIST_NOT_HUMAN_PCT,
+        "{} of {total} crawler-list instances classed human: {not_human_pct:.2}% not human (min {MIN_CRAWLER_LIST_NOT_HUMAN_PCT}%)",
         human.len()
     );
+}
+
+/// Which rule decided: a named catalog entry, the generic markers (`declared-bot`), the
+/// libraries and automation rule (`script`), the human rule's non-browser fallback, or the
+/// human rule's browser shape (`human`).
+fn rule(c: &Classification<'_>) -> &'static str {
+    match c.bot.map(|b| b.id.as_str()) {
+        None if c.class == Class::Human => "browser-shaped (human)",
+        None => "blank (script)",
+        Some("declared-bot") => "generic bot markers (declared-bot)",
+        Some("script") => "libraries and automation (script)",
+        Some("non-browser") => "not browser-shaped (non-browser)",
+        Some(_) => "named catalog entry",
+    }
+}
+
+fn print_rules(by_rule: &BTreeMap<&str, usize>) {
+    eprintln!("  by deciding rule:");
+    for (rule, n) in by_rule {
+        eprintln!("    {rule:<40} {n:>5}");
+    }
 }
 
 /// One uap-core test case: the UA and its expected `family`.
@@ -281,18 +315,189 @@ const LIBRARY_FAMILIES: &[&str] = &[
     "WordPress",
 ];
 
-/// Crawler products whose uap-core family name has no crawler vocabulary.
+/// Crawler products and automated services whose uap-core family name has no crawler
+/// vocabulary (crawlers, monitors, link checkers, feed and preview services).
 const CRAWLER_FAMILIES: &[&str] = &[
+    "altavista",
     "BingPreview",
     "Catchpoint",
+    "Datanyze",
     "Daumoa",
     "Feedbin",
     "GmailImageProxy",
+    "GomezAgent",
     "Google-InspectionTool",
+    "holmes",
+    "ichiro",
     "Mediapartners-Google",
+    "Mtps Feed Aggregation System",
+    "NewsGator",
+    "NING",
+    "OgScrper",
+    "PagePeeker",
     "Qwantify",
+    "Reaper",
+    "Rival IQ",
+    "SiteCon",
     "Site24x7",
     "Slack-ImgProxy",
+    "Squrl Java",
+    "Stringer",
+    "voyager",
+    "Xenu Link Sleuth",
+    "Xenu's Link Sleuth",
+    "ZooShot",
+    "ZyBorg",
+];
+
+/// Families that are human-operated programs but not web browsers: native apps (and their
+/// in-app web views, filed under the app by uap-core), mail, calendar and sync clients,
+/// update agents, SDK clients, and uap-core's `Other` (not identified). Whether such a
+/// program is `human` depends on its User-Agent's shape: an app on a phone or a Mac says so
+/// (`Dalvik/2.1.0 (Linux; U; Android 11)`, `Pinterest/3.2 CFNetwork/672.0.8 Darwin/14.0.0`),
+/// a desktop sync client often does not (`Box Sync/4.0.7848;Windows/10`): those are counted,
+/// not asserted.
+const APP_FAMILIES: &[&str] = &[
+    "1Password",
+    "AdobeAIR",
+    "Adobe CEP",
+    "Adobe CreativeCloud",
+    "AHC",
+    "Airmail",
+    "AncestryAndroid",
+    "AngryBirdsBlack",
+    "AnyConnect",
+    "Apache-CXF",
+    "Apple Mail",
+    "Apple Watch App",
+    "ArcGIS Earth",
+    "ArcGIS Pro",
+    "ArcGIS Runtime SDK for Android",
+    "ArcGIS Runtime SDK for iOS",
+    "ArcGIS Runtime SDK for NET",
+    "ArcGIS Runtime SDK for Qt",
+    "ArcMap",
+    "Argus",
+    "Axel",
+    "babbelIndonesian",
+    "BacaBerita App",
+    "Barca",
+    "Bing for iPad",
+    "Box",
+    "Box Sync",
+    "BoxNotes",
+    "CFNetwork",
+    "Chesscom-Android",
+    "CitizenFX",
+    "CloudCockpitBackend",
+    "CloudFoundry",
+    "Collector for ArcGIS",
+    "Cooliris",
+    "Cyberduck",
+    "DAVdroid",
+    "Debian APT-HTTP",
+    "DEPoker",
+    "Electron",
+    "ESPN",
+    "Evolution",
+    "ExchangeServicesClient",
+    "ExchangeWebServices",
+    "Explorer for ArcGIS",
+    "Facebook",
+    "Facebook Messenger",
+    "Flipboard",
+    "Flipboard-Briefing",
+    "GeoEvent Server",
+    "Glo-De",
+    "GlobalProtect",
+    "HipChat Desktop Client",
+    "IMPlusFull",
+    "Instagram",
+    "Island for iPhone",
+    "iTunes",
+    "JAEGER_SECURITY",
+    "JDSports",
+    "JOSM",
+    "jupdate",
+    "KakaoTalk",
+    "kmail2",
+    "Kurio App",
+    "Lightning",
+    "LINE",
+    "Lotus Notes",
+    "Luminary",
+    "MacAppStore",
+    "MacOutlook",
+    "MailBar",
+    "Microsoft SkyDriveSync",
+    "Microsoft Teams",
+    "Microsoft-CryptoAPI",
+    "MobileIron",
+    "MobileRSSFree",
+    "Nextcloud",
+    "NightstandPaid",
+    "OBS Studio",
+    "OktaMobile",
+    "Onefootball",
+    "Other",
+    "Outlook",
+    "Outlook-iOS",
+    "Outlook-iOS-Android",
+    "Owncloud",
+    "Pandora",
+    "Parking Mania Free",
+    "Phantom",
+    "ping-service",
+    "Pinterest",
+    "Planet Boing!",
+    "PlayTube",
+    "Poof",
+    "Postbox",
+    "QGIS",
+    "R2Client",
+    "RCM CardDAV plugin",
+    "Reader Notifier",
+    "RedCarpet",
+    "Roadrunner",
+    "Roblox App",
+    "Roku",
+    "Rummy LITE iPad",
+    "Salesforce",
+    "SAP CPI",
+    "SAP NetWeaver Application Server",
+    "sap xsuaa",
+    "sap-leonardo-iot-sdk-nodejs",
+    "Skype",
+    "Slack Desktop Client",
+    "Snapchat",
+    "SophosAgent",
+    "SophosUpdateManager",
+    "Spotify",
+    "Steam Client",
+    "Steam Deck",
+    "Steam GameOverlay",
+    "Superhuman",
+    "Surveyon",
+    "Tableau",
+    "Telegram",
+    "The Bat!",
+    "Thunderbird",
+    "TikTok",
+    "TopBuzz",
+    "Transmit",
+    "Twitter",
+    "Ubuntu APT-HTTP",
+    "ViaFree",
+    "Weibo",
+    "WeltMobile",
+    "WhatsApp",
+    "Windows Live Mail",
+    "Windows-Update-Agent",
+    "WIRE",
+    "Word",
+    "Workforce for ArcGIS",
+    "WormsiPhone",
+    "YahooMobileMail",
 ];
 
 /// Markers (lowercase) of a UA that declares itself automated: browsers never carry a URL, a
@@ -357,14 +562,28 @@ fn uap_core_browsers_are_human() {
     let classifier = Classifier::new(builtin_catalog());
     let mut browser_counts: BTreeMap<Class, usize> = BTreeMap::new();
     let mut other_counts: BTreeMap<Class, usize> = BTreeMap::new();
-    let (mut browsers, mut others) = (0usize, 0usize);
+    let mut app_counts: BTreeMap<Class, usize> = BTreeMap::new();
+    let (mut browsers, mut others, mut apps) = (0usize, 0usize, 0usize);
     let mut browser_misses = Vec::new();
     let mut other_misses = Vec::new();
+    let mut app_bots = Vec::new();
     for case in &cases {
         let c = classifier.classify(Some(case.ua.as_bytes()));
         let class = claimed(&c);
         let id = c.bot.map_or("-", |b| b.id.as_str());
-        if is_non_browser(&case.family, &case.ua) {
+        if !is_non_browser(&case.family, &case.ua) && APP_FAMILIES.iter().any(|f| *f == case.family)
+        {
+            apps += 1;
+            *app_counts.entry(class).or_default() += 1;
+            if class != Class::Human {
+                app_bots.push(format!(
+                    "[{}] {} -> {id}: {}",
+                    case.family,
+                    class.as_str(),
+                    case.ua
+                ));
+            }
+        } else if is_non_browser(&case.family, &case.ua) {
             others += 1;
             *other_counts.entry(class).or_default() += 1;
             if class == Class::Human {
@@ -396,6 +615,13 @@ fn uap_core_browsers_are_human() {
         others,
     );
     print_examples("uap-core bots/libraries classed human", &other_misses);
+    print_counts(
+        "uap-core apps (human-operated, not browsers), claimed class",
+        &app_counts,
+        apps,
+    );
+    print_examples("uap-core apps not classed human", &app_bots);
+    assert_eq!(browsers + apps + others, UAP_CASES);
 
     let browser_pct = 100.0 * browser_misses.len() as f64 / browsers as f64;
     assert!(

@@ -1,13 +1,14 @@
 //! Property tests of User-Agent classification (`classify::Classifier::classify`).
 //!
 //! The classifier is checked against a naive oracle (first catalog entry, in order, with any
-//! non-blank token occurring in the UA, ASCII case-insensitively), on arbitrary bytes up to
-//! 64 KiB, on real UAs with random case and on random user catalogs (one-byte tokens,
+//! non-blank token occurring in the UA followed by one space, ASCII case-insensitively; with
+//! no entry, the human rule spelled out with plain substring searches), on arbitrary bytes up
+//! to 64 KiB, on real UAs with random case and on random user catalogs (one-byte tokens,
 //! non-ASCII tokens, blank tokens).
 //!
 //! Cases: 256 by default; `PROPTEST_CASES=N` raises (or lowers) every test's count.
 
-use crawlguard::catalog::{builtin_catalog, BotEntry};
+use crawlguard::catalog::{builtin_catalog, builtin_human_rule, BotEntry};
 use crawlguard::class::Class;
 use crawlguard::classify::{Classification, Classifier};
 use proptest::prelude::*;
@@ -71,10 +72,49 @@ const GOOGLEBOT_UAS: &[&str] = &[
     "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; Googlebot/2.1; +http://www.google.com/bot.html) Chrome/134.0.6998.165 Safari/537.36",
 ];
 
-/// The oracle: index of the first entry with a non-blank token occurring in `ua`, comparing
-/// ASCII case-insensitively (other bytes exactly). Quadratic; for inputs up to a few KiB.
+/// Whether `hay` (lowercase) contains `needle` (lowercase, non-empty).
+fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+/// The human rule, naively: a browser form anywhere; or a device platform in a platform
+/// section (the first `(`..`)`, and the first after the earliest anchor); or a desktop
+/// platform there and a browser token anywhere.
+fn naive_browser_shaped(ua: &[u8]) -> bool {
+    let h = builtin_human_rule();
+    let low = ua.to_ascii_lowercase();
+    if h.browser_forms.iter().any(|t| contains(&low, t)) {
+        return true;
+    }
+    let section = |from: usize| -> Vec<u8> {
+        let rest = &low[from..];
+        match rest.iter().position(|&b| b == b'(') {
+            None => Vec::new(),
+            Some(open) => rest[open + 1..]
+                .iter()
+                .take_while(|&&b| b != b')')
+                .copied()
+                .collect(),
+        }
+    };
+    let anchor = h
+        .platform_section_after
+        .iter()
+        .filter_map(|a| low.windows(a.len()).position(|w| w == a.as_bytes()))
+        .min();
+    let mut sections = vec![section(0)];
+    sections.extend(anchor.map(section));
+    let any_in = |list: &[&str]| sections.iter().any(|s| list.iter().any(|t| contains(s, t)));
+    any_in(h.device_platforms)
+        || (any_in(h.desktop_platforms) && h.browser_tokens.iter().any(|t| contains(&low, t)))
+}
+
+/// The oracle: index of the first entry with a non-blank token occurring in `ua` followed by
+/// one space, comparing ASCII case-insensitively (other bytes exactly). Quadratic; for inputs
+/// up to a few KiB.
 fn oracle(entries: &[BotEntry], ua: &[u8]) -> Option<usize> {
-    let hay = ua.to_ascii_lowercase();
+    let mut hay = ua.to_ascii_lowercase();
+    hay.push(b' ');
     entries.iter().position(|e| {
         e.ua_contains.iter().any(|t| {
             if t.trim().is_empty() {
@@ -93,19 +133,20 @@ fn check_against_oracle(c: &Classifier, ua: &[u8], r: &Classification<'_>) {
         assert_eq!(r.class, Class::Script);
         return;
     }
+    let nb = c.non_browser();
     let want = oracle(c.entries(), ua).and_then(|i| c.entries().get(i));
+    let (want_bot, want_class) = match want {
+        Some(e) if e.verify => (Some(&e.id), Class::UnverifiedBot),
+        Some(e) => (Some(&e.id), e.class),
+        None if nb.class == Class::Human || naive_browser_shaped(ua) => (None, Class::Human),
+        None => (Some(&nb.id), nb.class),
+    };
     assert_eq!(
-        r.bot.map(|b| &b.id),
-        want.map(|b| &b.id),
+        (r.bot.map(|b| &b.id), r.class),
+        (want_bot, want_class),
         "ua {:?}",
         String::from_utf8_lossy(ua)
     );
-    let want_class = match want {
-        Some(e) if e.verify => Class::UnverifiedBot,
-        Some(e) => e.class,
-        None => Class::Human,
-    };
-    assert_eq!(r.class, want_class);
 }
 
 /// Deterministic fast bytes (xorshift64*) so 64 KiB inputs cost nothing to generate.
@@ -121,21 +162,50 @@ fn noise(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Random bytes seeded with catalog tokens (random case) at random places, so that matches,
-/// near-matches and competing matches are common.
+/// Pieces of browser shapes: every token of the human rule, parentheses and a Mozilla prefix.
+fn shape_bits() -> &'static [&'static str] {
+    static B: OnceLock<Vec<&'static str>> = OnceLock::new();
+    B.get_or_init(|| {
+        let h = builtin_human_rule();
+        let mut v = vec!["(", ")", " (", "Mozilla/5.0 (", "; "];
+        for list in [
+            h.platform_section_after,
+            h.device_platforms,
+            h.desktop_platforms,
+            h.browser_tokens,
+            h.browser_forms,
+        ] {
+            v.extend_from_slice(list);
+        }
+        v
+    })
+}
+
+/// Random bytes seeded with catalog tokens and pieces of browser shapes (random case) at
+/// random places, so that matches, near-matches and competing matches are common.
 fn ua_bytes(max_len: usize) -> impl Strategy<Value = Vec<u8>> {
-    let token = (0..catalog().len(), any::<u64>(), any::<u8>());
+    let token = (
+        0..catalog().len() + shape_bits().len(),
+        any::<u64>(),
+        any::<u8>(),
+    );
     (
         prop::collection::vec(any::<u8>(), 0..max_len),
-        prop::collection::vec(token, 0..4),
-        prop::collection::vec(any::<usize>(), 4),
+        prop::collection::vec(token, 0..8),
+        prop::collection::vec(any::<usize>(), 8),
     )
         .prop_map(|(mut bytes, toks, places)| {
             let cat = catalog();
             for ((entry, case_bits, cut), place) in toks.iter().zip(places) {
-                let Some(e) = cat.get(*entry) else { continue };
-                let Some(t) = e.ua_contains.first() else {
-                    continue;
+                let t = match cat.get(*entry) {
+                    Some(e) => match e.ua_contains.first() {
+                        Some(t) => t.as_str(),
+                        None => continue,
+                    },
+                    None => match shape_bits().get(*entry - cat.len()) {
+                        Some(t) => t,
+                        None => continue,
+                    },
                 };
                 // Random case per byte; sometimes cut the token short (a near-miss).
                 let mut t: Vec<u8> = t
@@ -204,6 +274,20 @@ proptest! {
         let c = builtin();
         let r = c.classify(Some(&ua));
         check_against_oracle(c, &ua, &r);
+    }
+
+    /// Real UAs behind product tokens and comments of their own (how apps and embedded
+    /// browsers prefix a browser's UA) and followed by random printable text.
+    #[test]
+    fn prefixed_real_uas_match_the_naive_oracle(
+        prefix in "([A-Za-z]{1,8}/[0-9.]{1,4} (\\([A-Za-z0-9 ;]{0,10}\\) )?){0,2}",
+        ua in prop::sample::select(REAL_UAS),
+        suffix in "[ -~]{0,24}",
+    ) {
+        let c = builtin();
+        let full = format!("{prefix}{ua}{suffix}");
+        let r = c.classify(Some(full.as_bytes()));
+        check_against_oracle(c, full.as_bytes(), &r);
     }
 
     #[test]

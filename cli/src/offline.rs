@@ -8,7 +8,7 @@
 //! `unverified_bot`) and counted as such in the output.
 
 use crawlguard_verifier::config::{BotMethods, Config};
-use crawlguard_verifier::ranges::{load_range_file, RangeSet};
+use crawlguard_verifier::ranges::{load_range_file, RangeSet, RangeSource};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -54,7 +54,7 @@ impl Verdict {
 #[derive(Debug, Default)]
 pub struct Offline {
     catalog: BTreeMap<String, BotMethods>,
-    sets: HashMap<PathBuf, RangeSet>,
+    sets: HashMap<RangeSource, RangeSet>,
     /// Verdict TTLs, s: verified, spoofed, unknown (the sidecar's `[ttl]`).
     pub ttl_s: (u64, u64, u64),
     /// What was loaded, for the output.
@@ -82,17 +82,39 @@ impl Offline {
         let mut catalog = cfg.catalog().map_err(|e| format!("sidecar catalog: {e}"))?;
         for (bot, file) in pairs {
             description.push(format!("{bot}={}", file.display()));
-            catalog.entry(bot).or_default().ranges.push(file);
+            catalog
+                .entry(bot)
+                .or_default()
+                .ranges
+                .push(RangeSource::File(file));
         }
         let mut sets = HashMap::new();
+        let mut urls = Vec::new();
         for m in catalog.values() {
-            for p in &m.ranges {
-                if !sets.contains_key(p) {
-                    let s = load_range_file(p)
-                        .map_err(|e| format!("range file {}: {e}", p.display()))?;
-                    sets.insert(p.clone(), s);
+            for source in &m.ranges {
+                match source {
+                    RangeSource::File(p) if !sets.contains_key(source) => {
+                        let s = load_range_file(p)
+                            .map_err(|e| format!("range file {}: {e}", p.display()))?;
+                        sets.insert(source.clone(), s);
+                    }
+                    RangeSource::File(_) => {}
+                    // A replay does not fetch: a bot whose ranges come from a URL is judged
+                    // without them (as by a sidecar that has not fetched them yet), and
+                    // the output says which.
+                    RangeSource::Url(u) => urls.push(u.clone()),
                 }
             }
+        }
+        urls.sort();
+        urls.dedup();
+        if !urls.is_empty() {
+            description.push(format!(
+                "{} range URLs not fetched offline (their bots are judged without them: give \
+                 the files as BOT=FILE): {}",
+                urls.len(),
+                urls.join(", ")
+            ));
         }
         Ok(Offline {
             catalog,

@@ -3,12 +3,14 @@
 //!
 //! - the filter matches User-Agents with [`Bot::ua_contains`] in file order (first match wins)
 //!   and gives [`Bot::class`], once verified when [`Bot::verify`] is set (it reads just
-//!   those fields, [`builtin_match_rules`]);
+//!   those fields, [`builtin_match_rules`]); a User-Agent no entry matches is `human` only when
+//!   it is browser-shaped by the [`HumanRule`] ([`Catalog::human`]), else a bot;
 //! - the sidecar verifies every `verify: true` bot by its [`Bot::fcrdns_domains`] and by the
-//!   range files the operator provides (the vendor's published files, named in
-//!   [`Bot::range_files`]);
+//!   vendor's published IP-range documents, fetched from [`Bot::range_urls`] (or the
+//!   operator's own sources);
 //! - the README's catalog tables are rendered from it ([`Catalog::markdown_bot_table`],
-//!   [`Catalog::markdown_verification_table`]) and a test keeps them equal.
+//!   [`Catalog::markdown_verification_table`], [`Catalog::markdown_human_rule`]) and a test
+//!   keeps them equal.
 //!
 //! [`Catalog::parse`] checks every rule the rest of the project relies on
 //! ([`Catalog::validate`]), so a bad edit of the file fails a test, never a request.
@@ -93,10 +95,11 @@ pub struct Bot {
     /// Empty when the vendor documents no reverse-DNS method.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fcrdns_domains: Vec<String>,
-    /// The vendor's published IP-range files, by file name (the sidecar never downloads:
-    /// operators point it at copies). Empty when the vendor gives no file name.
+    /// Where the vendor publishes the bot's IP ranges (`https://` addresses of documents in
+    /// the common `{"prefixes": [{"ipv4Prefix": ..}, {"ipv6Prefix": ..}]}` format); the
+    /// sidecar fetches them and keeps them fresh. Empty when the vendor publishes no document.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub range_files: Vec<String>,
+    pub range_urls: Vec<String>,
     /// Key into [`Catalog::sources`].
     pub source: String,
     /// Why the entry looks the way it does, where that is not obvious.
@@ -134,12 +137,68 @@ pub fn builtin_match_rules() -> Result<Vec<MatchRule>, CatalogError> {
         .map_err(|e| CatalogError(format!("bots.json: {e}")))
 }
 
+/// Who is `human`: the rule for a User-Agent that no catalog entry matches.
+///
+/// Such a User-Agent is `human` only when it is *browser-shaped*:
+///
+/// 1. it contains one of [`HumanRule::browser_forms`] anywhere (feature-phone and legacy
+///    mobile browsers, TV browsers, Apple devices' own HTTP stack); or
+/// 2. its *platform section* names a personal device ([`HumanRule::device_platforms`]); or
+/// 3. its platform section names a desktop system ([`HumanRule::desktop_platforms`]) and it
+///    contains a browser engine or product token ([`HumanRule::browser_tokens`]).
+///
+/// The platform section is the first parenthesised comment of the User-Agent, and the first
+/// one after the first occurrence of any of [`HumanRule::platform_section_after`]
+/// (`mozilla/`): from the `(` to the next `)`, or to the end. Otherwise it is a bot: class
+/// [`HumanRule::non_browser_class`], bot id [`HumanRule::non_browser_id`]. All tokens are
+/// lowercase substrings matched ASCII case-insensitively. Generic bot markers are catalog
+/// entries (`declared-bot`, matched before this rule), so they count inside a browser-shaped
+/// User-Agent too.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HumanRule {
+    /// Bot id given to a User-Agent that is neither a catalog bot nor browser-shaped.
+    pub non_browser_id: String,
+    /// Its class: `other_bot` or `script` (never a crawler class: nothing was verified).
+    pub non_browser_class: BotClass,
+    /// The platform section is also looked for after the first occurrence of any of these.
+    pub platform_section_after: Vec<String>,
+    /// Phones, tablets, consoles and televisions: enough on their own in the platform section.
+    pub device_platforms: Vec<String>,
+    /// Desktop operating systems: in the platform section, together with a browser token.
+    pub desktop_platforms: Vec<String>,
+    /// Browser engines and products (anywhere in the User-Agent).
+    pub browser_tokens: Vec<String>,
+    /// Browser forms that need no platform section (anywhere in the User-Agent).
+    pub browser_forms: Vec<String>,
+    /// Key into [`Catalog::sources`].
+    pub source: String,
+    /// What the rule says and where the vocabulary comes from.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub notes: String,
+}
+
+impl HumanRule {
+    /// The token lists by name, as in the data file, in a fixed order.
+    pub fn lists(&self) -> [(&'static str, &[String]); 5] {
+        [
+            ("platform_section_after", &self.platform_section_after),
+            ("device_platforms", &self.device_platforms),
+            ("desktop_platforms", &self.desktop_platforms),
+            ("browser_tokens", &self.browser_tokens),
+            ("browser_forms", &self.browser_forms),
+        ]
+    }
+}
+
 /// The whole data file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Catalog {
     /// The documents entries cite, by key.
     pub sources: BTreeMap<String, Source>,
+    /// Who is `human`, for User-Agents no bot matches.
+    pub human: HumanRule,
     /// The bots, in match order.
     pub bots: Vec<Bot>,
 }
@@ -176,9 +235,13 @@ impl Catalog {
     /// - every bot has tokens; tokens are lowercase, not blank, at most [`MAX_TOKEN_LEN`]
     ///   bytes, and no token appears twice in the catalog (a second one could never match);
     /// - a crawler class only with `verify: true` (anyone can copy a User-Agent);
-    /// - `fcrdns_domains` and `range_files` only with `verify: true`; domains are lowercase
-    ///   host names, range files plain `.json` file names;
-    /// - every bot cites a known source, every source is cited and has an http(s) URL.
+    /// - `fcrdns_domains` and `range_urls` only with `verify: true`; domains are lowercase
+    ///   host names, range URLs plain `https://` addresses;
+    /// - the human rule: every list non-empty, tokens lowercase, not blank, at most
+    ///   [`MAX_TOKEN_LEN`] bytes and unique within their list; the non-browser id a valid bot
+    ///   id no bot has; the non-browser class `other_bot` or `script`;
+    /// - every bot and the human rule cite a known source, every source is cited and has an
+    ///   http(s) URL.
     pub fn validate(&self) -> Result<(), CatalogError> {
         let mut ids = HashSet::new();
         let mut tokens = HashSet::new();
@@ -210,11 +273,11 @@ impl Catalog {
             if b.class.is_crawler() && !b.verify {
                 return err("class", format!("{} needs verify: true", b.class.as_str()));
             }
-            let has_methods = !b.fcrdns_domains.is_empty() || !b.range_files.is_empty();
+            let has_methods = !b.fcrdns_domains.is_empty() || !b.range_urls.is_empty();
             if has_methods && !b.verify {
                 return err(
                     "verify",
-                    "fcrdns_domains and range_files need verify: true".into(),
+                    "fcrdns_domains and range_urls need verify: true".into(),
                 );
             }
             if let Some(d) = b.fcrdns_domains.iter().find(|d| !is_domain(d)) {
@@ -223,17 +286,16 @@ impl Catalog {
                     format!("{d:?} is not a lowercase host name"),
                 );
             }
-            if let Some(f) = b.range_files.iter().find(|f| !is_range_file_name(f)) {
-                return err(
-                    "range_files",
-                    format!("{f:?} is not a plain .json file name"),
-                );
+            if let Some(u) = b.range_urls.iter().find(|u| !is_range_url(u)) {
+                return err("range_urls", format!("{u:?} is not a plain https:// URL"));
             }
             if !self.sources.contains_key(&b.source) {
                 return err("source", format!("{:?} is not in sources", b.source));
             }
             cited.insert(b.source.as_str());
         }
+        self.validate_human(&ids)?;
+        cited.insert(self.human.source.as_str());
         for (key, s) in &self.sources {
             if !cited.contains(key.as_str()) {
                 return Err(CatalogError(format!("sources.{key}: cited by no bot")));
@@ -245,6 +307,51 @@ impl Catalog {
                     "sources.{key}: needs a name and an http(s) url"
                 )));
             }
+        }
+        Ok(())
+    }
+
+    /// The human rule's part of [`Catalog::validate`]; `ids` are the bots' ids.
+    fn validate_human(&self, ids: &HashSet<&str>) -> Result<(), CatalogError> {
+        let h = &self.human;
+        let err = |field: &str, why: String| Err(CatalogError(format!("human.{field}: {why}")));
+        if !is_valid_bot_id(&h.non_browser_id) {
+            return err(
+                "non_browser_id",
+                "must be 1..=64 bytes of [a-z0-9._-]".into(),
+            );
+        }
+        if ids.contains(h.non_browser_id.as_str()) {
+            return err("non_browser_id", "is the id of a bot".into());
+        }
+        if !matches!(h.non_browser_class, BotClass::OtherBot | BotClass::Script) {
+            return err(
+                "non_browser_class",
+                format!(
+                    "{} is not other_bot or script",
+                    h.non_browser_class.as_str()
+                ),
+            );
+        }
+        for (name, list) in h.lists() {
+            if list.is_empty() {
+                return err(name, "must not be empty".into());
+            }
+            let mut seen = HashSet::new();
+            for t in list {
+                if t.trim().is_empty() || t.len() > MAX_TOKEN_LEN {
+                    return err(name, format!("{t:?} is blank or too long"));
+                }
+                if *t != t.to_ascii_lowercase() {
+                    return err(name, format!("{t:?} is not lowercase"));
+                }
+                if !seen.insert(t.as_str()) {
+                    return err(name, format!("{t:?} is listed twice"));
+                }
+            }
+        }
+        if !self.sources.contains_key(&h.source) {
+            return err("source", format!("{:?} is not in sources", h.source));
         }
         Ok(())
     }
@@ -276,10 +383,12 @@ impl Catalog {
     }
 
     /// The README's verification table: how each `verify: true` bot is checked,
-    /// `| id | FCrDNS domains | range files | source |`, in match order.
+    /// `| id | FCrDNS domains | published ranges | source |`, in match order; each range URL
+    /// is a link named by its file name.
     pub fn markdown_verification_table(&self) -> String {
-        let mut out =
-            String::from("| id | FCrDNS domains | range files | source |\n|---|---|---|---|\n");
+        let mut out = String::from(
+            "| id | FCrDNS domains | published ranges | source |\n|---|---|---|---|\n",
+        );
         for b in self.bots.iter().filter(|b| b.verify) {
             let source = self.source_of(b).map_or(String::new(), |s| {
                 format!("[{}]({})", cell(&s.name), cell(&s.url))
@@ -288,7 +397,11 @@ impl Catalog {
                 "| {} | {} | {} | {} |\n",
                 code(&b.id),
                 code_list(b.fcrdns_domains.iter()),
-                code_list(b.range_files.iter()),
+                b.range_urls
+                    .iter()
+                    .map(|u| format!("[{}]({})", cell(url_file_name(u)), cell(u)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 source
             ));
         }
@@ -297,10 +410,53 @@ impl Catalog {
 }
 
 impl Catalog {
+    /// The README's table of the human rule and the generic rules: every token of every list
+    /// of [`HumanRule`], then every token of the `declared-bot` (generic bot markers) and
+    /// `script` entries, `| rule | tokens |`.
+    pub fn markdown_human_rule(&self) -> String {
+        let h = &self.human;
+        let mut out = String::from("| rule | tokens |\n|---|---|\n");
+        let mut row = |rule: &str, tokens: &[String]| {
+            out.push_str(&format!("| {rule} | {} |\n", code_list(tokens.iter())));
+        };
+        row(
+            "browser forms: `human` wherever they occur",
+            &h.browser_forms,
+        );
+        row(
+            "device platforms: `human` in the platform section",
+            &h.device_platforms,
+        );
+        row(
+            "desktop platforms: `human` in the platform section, with a browser token",
+            &h.desktop_platforms,
+        );
+        row("browser tokens (engines and products)", &h.browser_tokens);
+        row(
+            "the platform section is also looked for after",
+            &h.platform_section_after,
+        );
+        for (id, rule) in [
+            (
+                "declared-bot",
+                "generic bot markers (`declared-bot`, other_bot), even in a browser-shaped UA",
+            ),
+            (
+                "script",
+                "libraries, tools, headless and automation browsers (`script`)",
+            ),
+        ] {
+            if let Some(b) = self.bots.iter().find(|b| b.id == id) {
+                row(rule, &b.ua_contains);
+            }
+        }
+        out
+    }
+
     /// The README's generated blocks, `(name, block)`: each table between its two marker
     /// lines, `<!-- BEGIN <name>: generated from contract/catalog/bots.json -->` and
     /// `<!-- END <name> -->`.
-    pub fn readme_blocks(&self) -> [(&'static str, String); 2] {
+    pub fn readme_blocks(&self) -> [(&'static str, String); 3] {
         let block = |name: &str, table: String| {
             format!("{}\n{table}{}", begin_marker(name), end_marker(name))
         };
@@ -309,6 +465,10 @@ impl Catalog {
             (
                 "verification table",
                 block("verification table", self.markdown_verification_table()),
+            ),
+            (
+                "human rule",
+                block("human rule", self.markdown_human_rule()),
             ),
         ]
     }
@@ -358,14 +518,23 @@ fn is_domain(d: &str) -> bool {
         })
 }
 
-/// A plain file name ending in `.json`: 6..=64 bytes of `[a-z0-9._-]`.
-fn is_range_file_name(f: &str) -> bool {
-    f.len() <= 64
-        && f.len() > ".json".len()
-        && f.ends_with(".json")
-        && f.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
-        })
+/// A plain `https://` address: at most 256 bytes of printable ASCII without spaces, quotes,
+/// angle brackets, backslashes or a fragment, with a lowercase host name and a path.
+pub fn is_range_url(u: &str) -> bool {
+    let Some(rest) = u.strip_prefix("https://") else {
+        return false;
+    };
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    u.len() <= 256
+        && u.bytes()
+            .all(|b| b.is_ascii_graphic() && !b"\"'<>\\#`".contains(&b))
+        && is_domain(host)
+        && path.len() > 1
+}
+
+/// The last path segment of a URL (the published file's name).
+fn url_file_name(u: &str) -> &str {
+    u.rsplit('/').next().unwrap_or(u)
 }
 
 #[cfg(test)]
@@ -393,8 +562,50 @@ mod tests {
         assert_eq!(c.bots.iter().filter(|b| b.verify).count(), 56);
         assert_eq!(
             c.bots.iter().map(|b| b.ua_contains.len()).sum::<usize>(),
-            334
+            356
         );
+        assert_eq!(
+            c.bots.iter().filter(|b| !b.range_urls.is_empty()).count(),
+            33
+        );
+    }
+
+    #[test]
+    fn the_human_rule_is_data() {
+        let h = builtin().human;
+        assert_eq!(
+            (h.non_browser_id.as_str(), h.non_browser_class),
+            ("non-browser", BotClass::OtherBot)
+        );
+        assert_eq!(h.platform_section_after, ["mozilla/"]);
+        let has = |list: &[String], t: &str| list.iter().any(|x| x == t);
+        assert!(has(&h.device_platforms, "iphone") && has(&h.device_platforms, "android"));
+        assert!(has(&h.desktop_platforms, "windows") && has(&h.desktop_platforms, "x11"));
+        assert!(has(&h.browser_tokens, "applewebkit") && has(&h.browser_tokens, "gecko"));
+        assert!(has(&h.browser_forms, "opera mini") && has(&h.browser_forms, "cfnetwork/"));
+        assert_eq!(
+            builtin().sources[&h.source].url,
+            "https://www.rfc-editor.org/rfc/rfc9110#name-user-agent"
+        );
+        // Headless and automation browsers are script; generic markers are declared-bot.
+        let c = builtin();
+        let tokens = |id: &str| bot(&c, id).ua_contains.clone();
+        for t in [
+            "headless",
+            "puppeteer",
+            "playwright",
+            "selenium",
+            "webdriver",
+            "cypress/",
+        ] {
+            assert!(tokens("script").iter().any(|x| x == t), "{t}");
+        }
+        assert_eq!(bot(&c, "lighthouse").class, BotClass::Script);
+        for t in [
+            "bot/", "crawl", "spider", "scan", "http://", ".com", "mailto:", "feed",
+        ] {
+            assert!(tokens("declared-bot").iter().any(|x| x == t), "{t}");
+        }
     }
 
     #[test]
@@ -433,13 +644,45 @@ mod tests {
             g.fcrdns_domains,
             ["googlebot.com", "google.com", "googleusercontent.com"]
         );
-        assert_eq!(g.range_files, ["googlebot.json"]);
+        const G: &str = "https://developers.google.com/static/crawling/ipranges/";
+        assert_eq!(g.range_urls, [format!("{G}common-crawlers.json")]);
         assert_eq!(
-            bot(&c, "adsbot-google").range_files,
-            ["special-crawlers.json"]
+            bot(&c, "adsbot-google").range_urls,
+            [format!("{G}special-crawlers.json")]
         );
+        assert_eq!(
+            bot(&c, "feedfetcher-google").range_urls,
+            [
+                format!("{G}user-triggered-fetchers.json"),
+                format!("{G}user-triggered-fetchers-google.json")
+            ]
+        );
+        assert!(bot(&c, "google-favicon").range_urls.is_empty());
         assert_eq!(bot(&c, "bingbot").fcrdns_domains, ["search.msn.com"]);
-        assert_eq!(bot(&c, "gptbot").range_files, ["gptbot.json"]);
+        assert_eq!(
+            bot(&c, "bingbot").range_urls,
+            ["https://www.bing.com/toolbox/bingbot.json"]
+        );
+        assert_eq!(
+            bot(&c, "gptbot").range_urls,
+            ["https://openai.com/gptbot.json"]
+        );
+        assert_eq!(
+            bot(&c, "perplexitybot").range_urls,
+            ["https://www.perplexity.com/perplexitybot.json"]
+        );
+        assert_eq!(
+            bot(&c, "applebot").range_urls,
+            ["https://search.developer.apple.com/applebot.json"]
+        );
+        assert_eq!(
+            bot(&c, "duckduckbot").range_urls,
+            ["https://duckduckgo.com/duckduckbot.json"]
+        );
+        assert_eq!(
+            bot(&c, "ccbot").range_urls,
+            ["https://index.commoncrawl.org/ccbot.json"]
+        );
         assert!(bot(&c, "gptbot").fcrdns_domains.is_empty());
         assert_eq!(
             bot(&c, "amazonbot").fcrdns_domains,
@@ -476,10 +719,17 @@ mod tests {
         }
     }
 
+    /// A minimal valid human rule citing source `s`.
+    const HUMAN: &str = r#""human":{"non_browser_id":"nb","non_browser_class":"other_bot",
+        "platform_section_after":["mozilla/"],"device_platforms":["iphone"],
+        "desktop_platforms":["windows"],"browser_tokens":["gecko"],"browser_forms":["netfront"],
+        "source":"s"}"#;
+
     fn one_bot(fields: &str) -> String {
         format!(
             r#"{{"sources":{{"s":{{"name":"S","url":"https://s.example"}}}},
-                "bots":[{{"id":"x","ua_contains":["x"],"class":"other_bot","verify":false,"source":"s"{fields}}}]}}"#
+                "bots":[{{"id":"x","ua_contains":["x"],"class":"other_bot","verify":false,"source":"s"{fields}}}],
+                {HUMAN}}}"#
         )
     }
 
@@ -521,11 +771,11 @@ mod tests {
         assert!(bad("other_bot", "spoofed").starts_with("bots.json: unknown variant `spoofed`"));
         assert_eq!(
             refused(&one_bot(r#","fcrdns_domains":["x.example"]"#)),
-            "bots[0] (x).verify: fcrdns_domains and range_files need verify: true"
+            "bots[0] (x).verify: fcrdns_domains and range_urls need verify: true"
         );
         let verified = |f: &str| one_bot(f).replace("false", "true");
         assert!(Catalog::parse(&verified(
-            r#","fcrdns_domains":["x.example"],"range_files":["x.json"]"#
+            r#","fcrdns_domains":["x.example"],"range_urls":["https://x.example/x.json"]"#
         ))
         .is_ok());
         assert_eq!(
@@ -533,8 +783,8 @@ mod tests {
             "bots[0] (x).fcrdns_domains: \"X.example\" is not a lowercase host name"
         );
         assert_eq!(
-            refused(&verified(r#","range_files":["../x.json"]"#)),
-            "bots[0] (x).range_files: \"../x.json\" is not a plain .json file name"
+            refused(&verified(r#","range_urls":["http://x.example/x.json"]"#)),
+            "bots[0] (x).range_urls: \"http://x.example/x.json\" is not a plain https:// URL"
         );
         assert_eq!(
             bad(r#""source":"s""#, r#""source":"t""#),
@@ -545,6 +795,47 @@ mod tests {
             "sources.s: needs a name and an http(s) url"
         );
         assert!(refused(&one_bot(r#","domains":[]"#)).contains("unknown field `domains`"));
+    }
+
+    #[test]
+    fn the_human_rule_is_validated_with_the_field_named() {
+        let bad = |from: &str, to: &str| refused(&one_bot("").replacen(from, to, 1));
+        assert_eq!(
+            bad(r#""non_browser_id":"nb""#, r#""non_browser_id":"N B""#),
+            "human.non_browser_id: must be 1..=64 bytes of [a-z0-9._-]"
+        );
+        assert_eq!(
+            bad(r#""non_browser_id":"nb""#, r#""non_browser_id":"x""#),
+            "human.non_browser_id: is the id of a bot"
+        );
+        assert_eq!(
+            bad(
+                r#""non_browser_class":"other_bot""#,
+                r#""non_browser_class":"search_crawler""#
+            ),
+            "human.non_browser_class: search_crawler is not other_bot or script"
+        );
+        assert_eq!(
+            bad(r#"["iphone"]"#, "[]"),
+            "human.device_platforms: must not be empty"
+        );
+        assert_eq!(
+            bad(r#"["windows"]"#, r#"["Windows"]"#),
+            "human.desktop_platforms: \"Windows\" is not lowercase"
+        );
+        assert_eq!(
+            bad(r#"["gecko"]"#, r#"["gecko","gecko"]"#),
+            "human.browser_tokens: \"gecko\" is listed twice"
+        );
+        assert_eq!(
+            bad(r#"["netfront"]"#, r#"["  "]"#),
+            "human.browser_forms: \"  \" is blank or too long"
+        );
+        assert_eq!(
+            bad(r#""source":"s"}}"#, r#""source":"t"}}"#),
+            "human.source: \"t\" is not in sources"
+        );
+        assert!(bad(r#""human":{"#, r#""human":{"extra":1,"#).contains("unknown field `extra`"));
     }
 
     #[test]
@@ -570,7 +861,15 @@ mod tests {
         let table = c.markdown_verification_table();
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 2 + 56);
-        assert!(lines.contains(&"| `gptbot` |  | `gptbot.json` | [Overview of OpenAI Crawlers](https://platform.openai.com/docs/bots) |"));
+        assert!(lines.contains(&"| `gptbot` |  | [gptbot.json](https://openai.com/gptbot.json) | [Overview of OpenAI Crawlers](https://platform.openai.com/docs/bots) |"));
+        let table = c.markdown_human_rule();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 2 + 7);
+        assert!(lines[2].starts_with(
+            "| browser forms: `human` wherever they occur | `profile/midp-`, `netfront`, "
+        ));
+        assert!(lines[7].starts_with("| generic bot markers (`declared-bot`, other_bot), even in a browser-shaped UA | `bot/`, "));
+        assert!(lines[8].ends_with("`wkhtmlto`, `ptst/` |"));
     }
 
     #[test]
@@ -583,11 +882,28 @@ mod tests {
         ] {
             assert!(!is_domain(d), "{d}");
         }
-        for f in ["gptbot.json", "user-triggered-fetchers-google.json"] {
-            assert!(is_range_file_name(f), "{f}");
+        for u in [
+            "https://openai.com/gptbot.json",
+            "https://developers.google.com/static/crawling/ipranges/common-crawlers.json",
+            "https://x.example/list?format=json",
+        ] {
+            assert!(is_range_url(u), "{u}");
         }
-        for f in [".json", "a.txt", "a/b.json", "A.json", "../a.json"] {
-            assert!(!is_range_file_name(f), "{f}");
+        for u in [
+            "http://openai.com/gptbot.json",
+            "https://openai.com",
+            "https://openai.com/",
+            "https://Openai.com/a.json",
+            "https://openai.com/a b.json",
+            "https://openai.com/a.json#x",
+            "https://user@openai.com/a.json",
+            "gptbot.json",
+        ] {
+            assert!(!is_range_url(u), "{u}");
         }
+        assert_eq!(
+            url_file_name("https://openai.com/gptbot.json"),
+            "gptbot.json"
+        );
     }
 }

@@ -189,12 +189,17 @@ impl Sidecar {
         );
         let bin = verifier_bin();
         let dir = temp_dir("verifier");
+        // Hermetic: no fetches of the vendors' range URLs (tests configure their own range
+        // sources) and a range cache of its own.
         let listen = format!("127.0.0.1:{}", opts.port.unwrap_or(0));
         let mut args: Vec<String> = vec![
             "--listen".into(),
             listen,
             "--log-level".into(),
             "debug".into(),
+            "--no-builtin-range-urls".into(),
+            "--cache-dir".into(),
+            dir.path().join("range-cache").display().to_string(),
         ];
         for ns in &opts.nameservers {
             args.extend(["--nameserver".into(), ns.to_string()]);

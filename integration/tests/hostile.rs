@@ -100,15 +100,18 @@ async fn assert_healthy(envoy: &Envoy) {
 
 /// A User-Agent of exactly `len` bytes: filler around `token` placed in the middle.
 fn padded_ua(len: usize, token: &str) -> String {
+    // A browser's shape (desktop platform section, then an engine), so the UA without the
+    // token is `human`; the filler is inside the platform section.
     let head = "Mozilla/5.0 (X11; Linux x86_64; ";
-    let fill = len - head.len() - token.len() - 1;
+    let tail = ") Gecko/20100101 Firefox/121.0";
+    let fill = len - head.len() - token.len() - tail.len();
     let filler: String = "qz ".repeat(fill / 3 + 1);
     let mut ua = String::with_capacity(len);
     ua.push_str(head);
     ua.push_str(&filler[..fill / 2]);
     ua.push_str(token);
     ua.push_str(&filler[..fill - fill / 2]);
-    ua.push(')');
+    ua.push_str(tail);
     assert_eq!(ua.len(), len);
     ua
 }
@@ -233,7 +236,8 @@ async fn non_utf8_bytes_in_user_agent_xff_and_key_header() {
         ),
         (b"\xc3\x28 Googlebot/2.1 \x80", "unverified_bot"),
         (b"curl/8.5.0 \xe2\x82", "script"),
-        (b"\xff\xff\xff\xff", "human"),
+        // No browser shape (issue 11): a bot of unknown purpose, no longer `human`.
+        (b"\xff\xff\xff\xff", "other_bot"),
         (b"Mozilla\t\xa0Googlebot", "unverified_bot"),
     ];
     let mut t = Table::new("non-UTF-8 User-Agents");
@@ -393,11 +397,12 @@ async fn many_user_agent_lines_are_joined_and_classified_as_one() {
         );
     }
     t.finish();
-    // 99 User-Agent lines are still one header for Envoy's 100-header limit.
+    // 99 User-Agent lines are still one header for Envoy's 100-header limit. "ua0,ua1,..."
+    // has no browser shape: `other_bot` (issue 11; it was `human` before).
     let many: Vec<String> = (0..99).map(|i| format!("ua{i}")).collect();
     let r = raw(ip(70), to, &lines(&many)).await;
     assert_eq!(r.status, 200);
-    assert_eq!(r.upstream_class(), Some("human"));
+    assert_eq!(r.upstream_class(), Some("other_bot"));
     // 99 distinct extra headers + host + connection = 101 > 100: Envoy's own 431.
     let names: Vec<String> = (0..99).map(|i| format!("x-h{i}")).collect();
     let h: Vec<(&[u8], &[u8])> = names.iter().map(|n| (n.as_bytes(), &b"v"[..])).collect();

@@ -59,7 +59,8 @@ fn header_name(path: &str, s: &str) -> Result<String, ConfigError> {
 /// Validates every section of `raw` and builds the [`Config`].
 pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     let client_ip = compile_client_ip(raw.client_ip)?;
-    let classifier = compile_bots(raw.bots, raw.bots_mode)?;
+    let classifier = compile_bots(raw.bots, raw.bots_mode)?
+        .with_non_browser_class(compile_non_browser_class(raw.non_browser_class)?);
     let classes = compile_classes(&raw.classes)?;
     compile_routes(&raw.routes)?;
     let limits = compile_limits(
@@ -182,6 +183,22 @@ fn compile_bots(bots: Vec<BotEntry>, mode: BotsMode) -> Result<Classifier, Confi
     };
 
     Ok(Classifier::new(entries))
+}
+
+/// `non_browser_class`: the class of a User-Agent that is neither a catalog bot nor
+/// browser-shaped; default the catalog's (`other_bot`); `human` turns the human rule off.
+fn compile_non_browser_class(class: Option<Class>) -> Result<Class, ConfigError> {
+    match class {
+        None => Ok(crate::catalog::builtin_human_rule().non_browser_class),
+        Some(c @ (Class::OtherBot | Class::Script | Class::Human)) => Ok(c),
+        Some(c) => Err(err(
+            "non_browser_class",
+            format!(
+                "{} is not other_bot, script or human (nothing about such a client was verified)",
+                c.as_str()
+            ),
+        )),
+    }
 }
 
 /// `classes`: per-class overrides merged onto the defaults, each value in range.

@@ -20,6 +20,7 @@ pub(super) struct RawConfig {
     pub(super) bots: Vec<BotEntry>,
     #[serde(default)]
     pub(super) bots_mode: BotsMode,
+    pub(super) non_browser_class: Option<Class>,
     #[serde(default)]
     pub(super) classes: BTreeMap<String, RawClassPolicy>,
     #[serde(default)]

@@ -42,6 +42,31 @@ fn embedded_default_file_equals_field_defaults() {
     assert_eq!(file.shedding, fields.shedding);
     assert_eq!(file.degraded, fields.degraded);
     assert_eq!(file.classifier.entries(), fields.classifier.entries());
+    assert_eq!(
+        file.classifier.non_browser(),
+        fields.classifier.non_browser()
+    );
+}
+
+#[test]
+fn non_browser_class_is_configurable() {
+    let class_of = |json: &str, ua: &[u8]| match parse(json.as_bytes()) {
+        Ok(c) => c.classifier.classify(Some(ua)).class,
+        Err(e) => panic!("{json}: {e}"),
+    };
+    assert_eq!(class_of("{}", b"Luminary/1.0"), Class::OtherBot);
+    let script = r#"{"non_browser_class": "script"}"#;
+    assert_eq!(class_of(script, b"Luminary/1.0"), Class::Script);
+    let off = r#"{"non_browser_class": "human"}"#;
+    assert_eq!(class_of(off, b"Luminary/1.0"), Class::Human);
+    assert_eq!(class_of(off, b"curl/8.5.0"), Class::Script);
+    assert_eq!(
+        parse_err(r#"{"non_browser_class": "search_crawler"}"#),
+        "non_browser_class: search_crawler is not other_bot, script or human (nothing about such \
+         a client was verified)"
+    );
+    assert!(parse_err(r#"{"non_browser_class": "robot"}"#)
+        .starts_with("non_browser_class: unknown variant `robot`"));
 }
 
 /// How an error message is compared in [`check_errors`].

@@ -2,11 +2,10 @@
 //!
 //! Derived from the one catalog data file, `contract/catalog/bots.json` (crate
 //! `crawlguard-contract`), which the filter reads too: every bot the filter sends to the
-//! verifier (`verify: true`) with the FCrDNS domains its vendor documents. Range *files* are
-//! never built in: they are operator-provided copies of the vendors' publications (this
-//! service never fetches anything), so range-only bots answer `unknown` until the
-//! configuration points them at a file (see `verifier.example.toml`; the data file's
-//! `range_files` and the README's verification table name the vendor's files).
+//! verifier (`verify: true`) with the FCrDNS domains and the URLs of the IP-range documents
+//! its vendor publishes (`range_urls`). The URLs are fetched and kept fresh by
+//! [`crate::fetch`] unless the configuration says otherwise (`ranges.builtin_urls`, or a
+//! bot's own `ranges`).
 
 use std::sync::OnceLock;
 
@@ -19,6 +18,8 @@ pub struct BuiltinBot {
     pub id: String,
     /// FCrDNS domains (label-boundary suffixes). Empty: the vendor documents no rDNS method.
     pub domains: Vec<String>,
+    /// Where the vendor publishes the bot's IP ranges (`https://`). Empty: no document.
+    pub range_urls: Vec<String>,
 }
 
 /// Every built-in bot, in the catalog's order: the `verify: true` bots of the data file.
@@ -36,6 +37,7 @@ pub fn builtin_bots() -> Result<&'static [BuiltinBot], CatalogError> {
                 .map(|b| BuiltinBot {
                     id: b.id,
                     domains: b.fcrdns_domains,
+                    range_urls: b.range_urls,
                 })
                 .collect())
         })
@@ -121,5 +123,26 @@ mod tests {
         assert!(domains("gptbot").is_empty());
         assert!(domains("perplexitybot").is_empty());
         assert!(domains("duckduckbot").is_empty());
+    }
+
+    #[test]
+    fn range_urls_of_key_bots() {
+        let urls = |id: &str| -> Vec<&str> {
+            bots()
+                .iter()
+                .find(|b| b.id == id)
+                .map(|b| b.range_urls.iter().map(String::as_str).collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(urls("gptbot"), ["https://openai.com/gptbot.json"]);
+        assert_eq!(
+            urls("applebot"),
+            ["https://search.developer.apple.com/applebot.json"]
+        );
+        assert!(urls("amazonbot").is_empty());
+        assert_eq!(
+            bots().iter().filter(|b| !b.range_urls.is_empty()).count(),
+            33
+        );
     }
 }

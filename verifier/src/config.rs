@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::builtin_bots;
 use crate::domain::{is_valid_domain, normalize_name};
+use crate::ranges::RangeSource;
 use crawlguard_contract::bot_id::is_valid_bot_id;
 
 /// The whole configuration document.
@@ -28,7 +29,7 @@ pub struct Config {
     pub redis: RedisConfig,
     /// How long each verdict may be cached, by the sidecar and by the filter (`ttl_s`).
     pub ttl: TtlConfig,
-    /// Range-file reloading.
+    /// Range sources: file reloading, URL fetching, cache, staleness.
     pub ranges: RangesConfig,
     /// `merge`: `[[bots]]` entries override/extend the built-in catalog by id.
     /// `replace`: only the `[[bots]]` entries exist.
@@ -133,12 +134,32 @@ pub struct TtlConfig {
     pub unknown_s: u64,
 }
 
-/// Range-file reloading.
+/// Range sources: local files are re-read when they change, URLs are fetched on start and
+/// every `refresh_interval_s`, and the last good copy of every URL is kept in `cache_dir`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RangesConfig {
     /// How often range files are checked for changes (mtime and size), in seconds.
     pub reload_interval_s: u64,
+    /// How often URL sources are fetched (conditional GET), in seconds; each fetch is moved
+    /// by up to ±10% at random.
+    pub refresh_interval_s: u64,
+    /// After a failed fetch the next one comes after this many seconds, doubling per further
+    /// failure up to `refresh_interval_s`.
+    pub retry_interval_s: u64,
+    /// A source whose data was last confirmed current longer ago than this is stale: a log
+    /// line and `range_source_stale`, and its ranges stay in use.
+    pub max_age_s: u64,
+    /// Limit for one fetch (connect, TLS, headers, body), in milliseconds.
+    pub fetch_timeout_ms: u64,
+    /// Largest range document accepted, in bytes.
+    pub max_body_bytes: u64,
+    /// Directory for the last good copy of every URL source (created if missing); used at
+    /// start, before the first fetch. Empty: no disk copy.
+    pub cache_dir: PathBuf,
+    /// Bots whose `[[bots]] ranges` are not configured use the vendor URLs of the built-in
+    /// catalog. `false`: only configured sources (no network for ranges unless configured).
+    pub builtin_urls: bool,
 }
 
 /// How `[[bots]]` combine with the built-in catalog.
@@ -161,9 +182,10 @@ pub struct BotConfig {
     /// FCrDNS domains; absent in merge mode keeps the built-in list, `[]` disables FCrDNS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domains: Option<Vec<String>>,
-    /// Range files (vendor JSON format); absent in merge mode keeps the built-in (none).
+    /// Range sources (vendor JSON format): `http(s)://` URLs or file paths; absent in merge
+    /// mode keeps the built-in URLs, `[]` turns ranges off for that bot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ranges: Option<Vec<PathBuf>>,
+    pub ranges: Option<Vec<String>>,
 }
 
 impl Default for Config {
@@ -215,7 +237,21 @@ impl Default for RangesConfig {
     fn default() -> Self {
         RangesConfig {
             reload_interval_s: 30,
+            refresh_interval_s: 21_600,
+            retry_interval_s: 60,
+            max_age_s: 259_200,
+            fetch_timeout_ms: 10_000,
+            max_body_bytes: 4 * 1024 * 1024,
+            cache_dir: PathBuf::from("/var/cache/crawlguard-verifier"),
+            builtin_urls: true,
         }
+    }
+}
+
+impl RangesConfig {
+    /// The cache directory, `None` when turned off (empty).
+    pub fn cache_dir(&self) -> Option<&Path> {
+        (!self.cache_dir.as_os_str().is_empty()).then_some(self.cache_dir.as_path())
     }
 }
 
@@ -224,12 +260,12 @@ impl Default for RangesConfig {
 pub struct BotMethods {
     /// FCrDNS domains, normalised (lower case, no trailing dot).
     pub domains: Vec<String>,
-    /// Range files.
-    pub ranges: Vec<PathBuf>,
+    /// Range sources (files and URLs).
+    pub ranges: Vec<RangeSource>,
 }
 
 impl BotMethods {
-    /// True when the bot has neither domains nor range files.
+    /// True when the bot has neither domains nor range sources.
     pub fn is_empty(&self) -> bool {
         self.domains.is_empty() && self.ranges.is_empty()
     }
@@ -253,8 +289,8 @@ impl Config {
         toml::from_str(text).map_err(|e| ConfigError(e.to_string()))
     }
 
-    /// Reads and parses a TOML file. Relative range paths are resolved against the file's
-    /// directory, so a config and its range files can move together.
+    /// Reads and parses a TOML file. Relative range-file paths and a relative `cache_dir` are
+    /// resolved against the file's directory, so a config and its files can move together.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
@@ -263,10 +299,16 @@ impl Config {
         if let Some(base) = path.parent() {
             for bot in &mut config.bots {
                 for r in bot.ranges.iter_mut().flatten() {
-                    if r.is_relative() {
-                        *r = base.join(&*r);
+                    if let RangeSource::File(p) = RangeSource::parse(r) {
+                        if p.is_relative() {
+                            *r = base.join(p).display().to_string();
+                        }
                     }
                 }
+            }
+            let cache = &mut config.ranges.cache_dir;
+            if !cache.as_os_str().is_empty() && cache.is_relative() {
+                *cache = base.join(&*cache);
             }
         }
         Ok(config)
@@ -306,8 +348,22 @@ impl Config {
                 return err(format!("{name}: must be 1..=2592000, got {v}"));
             }
         }
-        if self.ranges.reload_interval_s == 0 {
-            return err("ranges.reload_interval_s: must be at least 1".into());
+        let r = &self.ranges;
+        for (name, v, max) in [
+            ("ranges.reload_interval_s", r.reload_interval_s, 86_400),
+            (
+                "ranges.refresh_interval_s",
+                r.refresh_interval_s,
+                30 * 86_400,
+            ),
+            ("ranges.retry_interval_s", r.retry_interval_s, 86_400),
+            ("ranges.max_age_s", r.max_age_s, 365 * 86_400),
+            ("ranges.fetch_timeout_ms", r.fetch_timeout_ms, 600_000),
+            ("ranges.max_body_bytes", r.max_body_bytes, 256 * 1024 * 1024),
+        ] {
+            if v == 0 || v > max {
+                return err(format!("{name}: must be 1..={max}, got {v}"));
+            }
         }
         let mut seen = HashSet::new();
         for (i, bot) in self.bots.iter().enumerate() {
@@ -326,8 +382,16 @@ impl Config {
                 }
             }
             for (j, r) in bot.ranges.iter().flatten().enumerate() {
-                if r.as_os_str().is_empty() {
-                    return err(format!("bots[{i}].ranges[{j}]: empty path"));
+                match RangeSource::parse(r) {
+                    RangeSource::File(p) if p.as_os_str().is_empty() => {
+                        return err(format!("bots[{i}].ranges[{j}]: empty path"));
+                    }
+                    RangeSource::File(_) => {}
+                    RangeSource::Url(u) => {
+                        if let Err(why) = check_url(&u) {
+                            return err(format!("bots[{i}].ranges[{j}]: {u:?}: {why}"));
+                        }
+                    }
                 }
             }
         }
@@ -340,11 +404,15 @@ impl Config {
         let mut catalog = BTreeMap::new();
         if self.bots_mode == BotsMode::Merge {
             for b in builtin_bots().map_err(builtin_error)? {
+                let ranges = match self.ranges.builtin_urls {
+                    true => b.range_urls.iter().cloned().map(RangeSource::Url).collect(),
+                    false => Vec::new(),
+                };
                 catalog.insert(
                     b.id.clone(),
                     BotMethods {
                         domains: b.domains.clone(),
-                        ranges: Vec::new(),
+                        ranges,
                     },
                 );
             }
@@ -361,7 +429,7 @@ impl Config {
                     .collect();
             }
             if let Some(ranges) = &bot.ranges {
-                entry.ranges = ranges.clone();
+                entry.ranges = ranges.iter().map(|r| RangeSource::parse(r)).collect();
             }
         }
         Ok(catalog)
@@ -380,7 +448,7 @@ impl Config {
             .map(|b| BotConfig {
                 id: b.id.clone(),
                 domains: Some(b.domains.clone()),
-                ranges: Some(Vec::new()),
+                ranges: Some(b.range_urls.clone()),
             })
             .collect();
         let body = toml::to_string_pretty(&config).unwrap_or_else(|e| format!("# error: {e}\n"));
@@ -389,6 +457,24 @@ impl Config {
              # bots_mode = \"replace\" here because every bot is listed; see README.md.\n{body}"
         ))
     }
+}
+
+/// Checks a range-source URL: `http` or `https`, a host, no credentials, no fragment.
+fn check_url(text: &str) -> Result<(), String> {
+    let url = reqwest::Url::parse(text).map_err(|e| e.to_string())?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("scheme must be http or https".into());
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("no host".into());
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("credentials in a URL are not supported".into());
+    }
+    if url.fragment().is_some() {
+        return Err("a fragment is not allowed".into());
+    }
+    Ok(())
 }
 
 /// A broken embedded catalog, as a configuration error.
@@ -471,7 +557,7 @@ mod tests {
     #[test]
     fn merge_overrides_field_by_field() {
         let c = Config::from_toml(
-            "[[bots]]\nid='googlebot'\nranges=['/r/googlebot.json']\n\
+            "[[bots]]\nid='googlebot'\nranges=['/r/googlebot.json', 'https://mirror.example/g.json']\n\
              [[bots]]\nid='bingbot'\ndomains=['Search.MSN.com.']\n\
              [[bots]]\nid='acmebot'\ndomains=['acme.example']\n",
         )
@@ -487,11 +573,94 @@ mod tests {
                     "google.com".into(),
                     "googleusercontent.com".into()
                 ],
-                ranges: vec![PathBuf::from("/r/googlebot.json")],
+                ranges: vec![
+                    RangeSource::File(PathBuf::from("/r/googlebot.json")),
+                    RangeSource::Url("https://mirror.example/g.json".into())
+                ],
             }
         );
         assert_eq!(cat["bingbot"].domains, vec!["search.msn.com".to_string()]);
+        // Not overridden: the built-in vendor URL.
+        assert_eq!(
+            cat["bingbot"].ranges,
+            vec![RangeSource::Url(
+                "https://www.bing.com/toolbox/bingbot.json".into()
+            )]
+        );
         assert_eq!(cat["acmebot"].domains, vec!["acme.example".to_string()]);
+        assert!(cat["acmebot"].ranges.is_empty());
+    }
+
+    #[test]
+    fn the_built_in_catalog_fetches_the_vendors_urls_unless_told_not_to() {
+        let cat = Config::default().catalog().unwrap();
+        assert_eq!(
+            cat["gptbot"].ranges,
+            vec![RangeSource::Url("https://openai.com/gptbot.json".into())]
+        );
+        assert_eq!(
+            cat["googlebot"].ranges,
+            vec![RangeSource::Url(
+                "https://developers.google.com/static/crawling/ipranges/common-crawlers.json"
+                    .into()
+            )]
+        );
+        let urls: std::collections::BTreeSet<&RangeSource> =
+            cat.values().flat_map(|m| m.ranges.iter()).collect();
+        assert_eq!(urls.len(), 15);
+        assert!(urls.iter().all(|s| s.is_url()));
+        let off = Config::from_toml("[ranges]\nbuiltin_urls = false\n").unwrap();
+        let cat = off.catalog().unwrap();
+        assert!(cat.values().all(|m| m.ranges.is_empty()));
+        assert!(!cat["googlebot"].domains.is_empty());
+    }
+
+    #[test]
+    fn range_settings_are_validated() {
+        for (toml, field) in [
+            (
+                "[ranges]\nrefresh_interval_s = 0\n",
+                "ranges.refresh_interval_s",
+            ),
+            (
+                "[ranges]\nretry_interval_s = 0\n",
+                "ranges.retry_interval_s",
+            ),
+            ("[ranges]\nmax_age_s = 0\n", "ranges.max_age_s"),
+            (
+                "[ranges]\nfetch_timeout_ms = 0\n",
+                "ranges.fetch_timeout_ms",
+            ),
+            ("[ranges]\nmax_body_bytes = 0\n", "ranges.max_body_bytes"),
+            (
+                "[ranges]\nreload_interval_s = 0\n",
+                "ranges.reload_interval_s",
+            ),
+        ] {
+            let e = Config::from_toml(toml).unwrap().validate().unwrap_err();
+            assert!(e.0.starts_with(field), "{e}");
+        }
+        for (url, why) in [
+            ("https://", "empty host"),
+            ("https://u:p@x.example/r.json", "credentials"),
+            ("https://x.example/r.json#f", "fragment"),
+        ] {
+            let c = Config::from_toml(&format!("[[bots]]\nid='a'\nranges=['{url}']\n")).unwrap();
+            let e = c.validate().unwrap_err();
+            assert!(e.0.starts_with("bots[0].ranges[0]"), "{e}");
+            assert!(e.0.contains(why), "{url}: {e}");
+        }
+        let d = RangesConfig::default();
+        assert_eq!(
+            (d.refresh_interval_s, d.retry_interval_s, d.max_age_s),
+            (21_600, 60, 259_200)
+        );
+        assert_eq!(
+            d.cache_dir(),
+            Some(Path::new("/var/cache/crawlguard-verifier"))
+        );
+        let none = Config::from_toml("[ranges]\ncache_dir = ''\n").unwrap();
+        assert_eq!(none.ranges.cache_dir(), None);
     }
 
     #[test]
@@ -510,16 +679,22 @@ mod tests {
         let path = dir.path().join("v.toml");
         std::fs::write(
             &path,
-            "[[bots]]\nid='gptbot'\nranges=['ranges/gptbot.json','/abs.json']\n",
+            "[ranges]\ncache_dir='cache'\n\
+             [[bots]]\nid='gptbot'\nranges=['ranges/gptbot.json','/abs.json','https://x.example/g.json']\n",
         )
         .unwrap();
         let c = Config::load(&path).unwrap();
         assert_eq!(
             c.catalog().unwrap()["gptbot"].ranges,
             vec![
-                dir.path().join("ranges/gptbot.json"),
-                PathBuf::from("/abs.json")
+                RangeSource::File(dir.path().join("ranges/gptbot.json")),
+                RangeSource::File(PathBuf::from("/abs.json")),
+                RangeSource::Url("https://x.example/g.json".into()),
             ]
+        );
+        assert_eq!(
+            c.ranges.cache_dir(),
+            Some(dir.path().join("cache").as_path())
         );
     }
 
@@ -539,14 +714,15 @@ mod tests {
         c.validate().unwrap();
         let catalog = c.catalog().unwrap();
         assert!(!catalog["gptbot"].ranges.is_empty());
-        // Every range file it names (copies in shared/data) loads.
-        let paths: std::collections::BTreeSet<PathBuf> = catalog
+        // `make run` needs no network: file sources only, every one of them loads.
+        let sources: std::collections::BTreeSet<RangeSource> = catalog
             .values()
             .flat_map(|m| m.ranges.iter().cloned())
             .collect();
-        assert_eq!(paths.len(), 7);
-        let store = crate::ranges::RangeStore::new(paths);
-        for (path, outcome) in store.refresh() {
+        assert_eq!(sources.len(), 8);
+        assert!(sources.iter().all(|s| !s.is_url()), "{sources:?}");
+        let store = crate::ranges::RangeStore::new(sources);
+        for (path, outcome) in store.refresh_files() {
             assert!(
                 matches!(outcome, crate::ranges::RefreshOutcome::Loaded { .. }),
                 "{}: {outcome:?}",

@@ -1,8 +1,9 @@
 //! crawlguard-verifier: tells the crawlguard filter whether a request that claims to be a
 //! known bot really comes from that bot's operator.
 //!
-//! Methods per bot id (see [`catalog`] and [`config`]): published IP ranges ([`ranges`]),
-//! then forward-confirmed reverse DNS ([`verify::fcrdns`]). Verdicts are cached per
+//! Methods per bot id (see [`catalog`] and [`config`]): published IP ranges ([`ranges`],
+//! from files or from the vendors' URLs, fetched and kept fresh by [`fetch`]), then
+//! forward-confirmed reverse DNS ([`verify::fcrdns`]). Verdicts are cached per
 //! (ip, bot) with per-verdict lifetimes, and concurrent requests for one key share one
 //! resolution ([`verify::Verifier`]). The HTTP API is in [`http`].
 //!
@@ -13,6 +14,7 @@
 pub mod catalog;
 pub mod config;
 pub mod domain;
+pub mod fetch;
 pub mod fleet;
 pub mod http;
 pub mod metrics;

@@ -7,25 +7,27 @@ use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use crawlguard_verifier::config::Config;
+use crawlguard_verifier::fetch::{next_delay, CacheOutcome, FetchOutcome, FetchSettings, Fetcher};
 use crawlguard_verifier::fleet::Fleet;
-use crawlguard_verifier::metrics::{FileLabels, Metrics, ReloadLabels};
-use crawlguard_verifier::ranges::{RangeStore, RefreshOutcome};
+use crawlguard_verifier::metrics::{Metrics, SourceLabels};
+use crawlguard_verifier::ranges::{RangeSource, RangeStore, RefreshOutcome};
 use crawlguard_verifier::redis_store::RedisStore;
 use crawlguard_verifier::resolver::{DnsSettings, HickoryResolver};
 use crawlguard_verifier::verify::{Verifier, VerifierSettings};
 
 /// Verifies that a request claiming to be a known bot (Googlebot, Bingbot, GPTBot, ...)
 /// comes from that bot's operator, by forward-confirmed reverse DNS and by the operator's
-/// published IP-range files. Serves `GET /v1/verify?ip=..&bot=..`, `GET /healthz` and
-/// `GET /metrics`; with `--redis` (fleet mode) also `POST /v1/fleet/sync`, and shares
-/// verdicts with the other sidecars of the fleet.
+/// published IP ranges (fetched from the vendors' URLs and kept fresh, or read from files).
+/// Serves `GET /v1/verify?ip=..&bot=..`, `GET /healthz` and `GET /metrics`; with `--redis`
+/// (fleet mode) also `POST /v1/fleet/sync`, and shares verdicts with the other sidecars of
+/// the fleet.
 ///
 /// Settings come from built-in defaults, then the config file, then these flags (a flag
 /// wins over the file).
@@ -37,7 +39,8 @@ struct Cli {
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
 
-    /// Configuration file (TOML): bot catalog, range files, TTLs, DNS and cache settings.
+    /// Configuration file (TOML): bot catalog, range sources (URLs and files), TTLs, DNS and
+    /// cache settings.
     /// Without it the built-in catalog and defaults are used.
     #[arg(
         long,
@@ -72,6 +75,26 @@ struct Cli {
     /// How often range files are checked for changes, in seconds. [default: 30]
     #[arg(long, value_name = "S")]
     reload_interval_s: Option<u64>,
+
+    /// How often range URLs are fetched (conditional GET, ±10% jitter), in seconds.
+    /// [default: 21600]
+    #[arg(long, value_name = "S")]
+    refresh_interval_s: Option<u64>,
+
+    /// A range source whose data is older than this is reported stale (log line and
+    /// metric; its ranges stay in use), in seconds. [default: 259200]
+    #[arg(long, value_name = "S")]
+    range_max_age_s: Option<u64>,
+
+    /// Directory for the last good copy of every range URL, used at start before the first
+    /// fetch; an empty value keeps no copy. [default: /var/cache/crawlguard-verifier]
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+
+    /// Do not fetch the vendors' range URLs of the built-in catalog: only range sources the
+    /// configuration names are used (`ranges.builtin_urls = false`).
+    #[arg(long)]
+    no_builtin_range_urls: bool,
 
     /// Lifetime of a `verified` verdict, in seconds. [default: 86400]
     #[arg(long, value_name = "S")]
@@ -115,7 +138,8 @@ struct Cli {
     #[arg(long)]
     print_default_config: bool,
 
-    /// Load and validate the configuration and range files, report, and exit (status 1 on
+    /// Load and validate the configuration, the range files and the cached copies of the
+    /// range URLs (nothing is fetched), report, and exit (status 1 on
     /// any error).
     #[arg(long)]
     check_config: bool,
@@ -144,6 +168,18 @@ impl Cli {
         if let Some(v) = self.reload_interval_s {
             c.ranges.reload_interval_s = v;
         }
+        if let Some(v) = self.refresh_interval_s {
+            c.ranges.refresh_interval_s = v;
+        }
+        if let Some(v) = self.range_max_age_s {
+            c.ranges.max_age_s = v;
+        }
+        if let Some(v) = &self.cache_dir {
+            c.ranges.cache_dir = v.clone();
+        }
+        if self.no_builtin_range_urls {
+            c.ranges.builtin_urls = false;
+        }
         if let Some(v) = self.ttl_verified_s {
             c.ttl.verified_s = v;
         }
@@ -165,19 +201,15 @@ impl Cli {
     }
 }
 
-/// Logs and counts what a range refresh did; true when any file's ranges changed.
+/// Logs and counts what a range-file refresh did; true when any file's ranges changed.
 fn report_refresh(outcomes: &[(PathBuf, RefreshOutcome)], metrics: &Metrics) -> bool {
     let mut changed = false;
     for (path, outcome) in outcomes {
-        let file = path.display().to_string();
+        let source = path.display().to_string();
         let result = match outcome {
             RefreshOutcome::Unchanged => continue,
             RefreshOutcome::Loaded { prefixes } => {
-                tracing::info!(file, prefixes, "range file loaded");
-                metrics
-                    .range_prefixes
-                    .get_or_create(&FileLabels { file: file.clone() })
-                    .set(*prefixes as i64);
+                tracing::info!(source, prefixes, "range file loaded");
                 changed = true;
                 "ok"
             }
@@ -185,23 +217,86 @@ fn report_refresh(outcomes: &[(PathBuf, RefreshOutcome)], metrics: &Metrics) -> 
                 error,
                 kept_prefixes,
             } => {
-                tracing::error!(file, %error, kept_prefixes, "range file rejected; keeping previous ranges");
-                metrics
-                    .range_prefixes
-                    .get_or_create(&FileLabels { file: file.clone() })
-                    .set(*kept_prefixes as i64);
+                tracing::error!(source, %error, kept_prefixes, "range file rejected; keeping previous ranges");
                 "error"
             }
         };
-        metrics
-            .range_reloads
-            .get_or_create(&ReloadLabels {
-                file,
-                result: result.to_string(),
-            })
-            .inc();
+        metrics.range_reload(&source, result);
     }
     changed
+}
+
+/// Logs and counts one fetch of a range URL; true when new ranges are in use.
+fn report_fetch(url: &str, outcome: &FetchOutcome, metrics: &Metrics) -> bool {
+    match outcome {
+        FetchOutcome::Updated {
+            prefixes,
+            cache_error,
+        } => {
+            tracing::info!(source = url, prefixes, "range source fetched");
+            if let Some(error) = cache_error {
+                tracing::warn!(source = url, error, "range source not written to the cache");
+            }
+            metrics.range_fetch(url, "ok");
+            true
+        }
+        FetchOutcome::NotModified { prefixes } => {
+            tracing::debug!(source = url, prefixes, "range source not modified");
+            metrics.range_fetch(url, "not_modified");
+            false
+        }
+        FetchOutcome::Failed {
+            error,
+            kept_prefixes,
+        } => {
+            tracing::warn!(
+                source = url, %error, kept_prefixes,
+                "range source fetch failed; keeping previous ranges"
+            );
+            metrics.range_fetch(url, error.result_label());
+            false
+        }
+    }
+}
+
+/// Logs each range source whose staleness changed.
+fn report_staleness(store: &RangeStore, max_age: Duration) {
+    for change in store.check_staleness(SystemTime::now(), max_age) {
+        let (source, age_s) = (change.source.label(), change.age.as_secs());
+        if change.stale {
+            tracing::warn!(
+                source,
+                age_s,
+                max_age_s = max_age.as_secs(),
+                "range source stale; its ranges stay in use"
+            );
+        } else {
+            tracing::info!(source, age_s, "range source fresh again");
+        }
+    }
+}
+
+/// Brings the per-source gauges up to date (run at every scrape).
+fn update_source_gauges(store: &RangeStore, max_age: Duration, m: &Metrics) {
+    for st in store.status(SystemTime::now(), max_age) {
+        let labels = SourceLabels {
+            source: st.source.label(),
+        };
+        m.range_prefixes
+            .get_or_create(&labels)
+            .set(i64::try_from(st.prefixes).unwrap_or(i64::MAX));
+        if let Some(age) = st.age {
+            m.range_source_age
+                .get_or_create(&labels)
+                .set(i64::try_from(age.as_secs()).unwrap_or(i64::MAX));
+        }
+        m.range_source_stale
+            .get_or_create(&labels)
+            .set(i64::from(st.stale));
+        m.range_source_failures
+            .get_or_create(&labels)
+            .set(i64::from(st.failures));
+    }
 }
 
 async fn shutdown_signal() {
@@ -253,25 +348,75 @@ fn main() -> anyhow::Result<()> {
     config.validate().context("invalid configuration")?;
 
     let catalog = config.catalog()?;
-    let range_paths: std::collections::BTreeSet<PathBuf> = catalog
+    let sources: std::collections::BTreeSet<RangeSource> = catalog
         .values()
         .flat_map(|m| m.ranges.iter().cloned())
         .collect();
-    let ranges = Arc::new(RangeStore::new(range_paths));
+    let ranges = Arc::new(RangeStore::new(sources));
     let metrics = Arc::new(Metrics::new());
-    let initial = ranges.refresh();
+    let max_age = Duration::from_secs(config.ranges.max_age_s);
+    {
+        let (store, max_age) = (ranges.clone(), max_age);
+        metrics.on_scrape(move |m| update_source_gauges(&store, max_age, m));
+    }
+    let initial = ranges.refresh_files();
     report_refresh(&initial, &metrics);
+    let urls = ranges.urls();
+    let fetcher = match urls.is_empty() {
+        true => None,
+        false => Some(Arc::new(
+            Fetcher::new(FetchSettings {
+                timeout: Duration::from_millis(config.ranges.fetch_timeout_ms),
+                max_body_bytes: config.ranges.max_body_bytes,
+                cache_dir: config.ranges.cache_dir().map(PathBuf::from),
+            })
+            .map_err(|e| anyhow::anyhow!("setting up the HTTP client for range URLs: {e}"))?,
+        )),
+    };
+    // The last good copies first: with no network, they are what the sidecar verifies with.
+    let mut cache_failed = false;
+    for url in fetcher
+        .iter()
+        .flat_map(|f| urls.iter().map(move |u| (f, u)))
+    {
+        let (fetcher, url) = url;
+        match fetcher.load_cache(&ranges, url) {
+            CacheOutcome::Loaded { prefixes, age } => tracing::info!(
+                source = url.as_str(),
+                prefixes,
+                age_s = age.as_secs(),
+                "range source loaded from the cache"
+            ),
+            CacheOutcome::Missing => {}
+            CacheOutcome::Failed(error) => {
+                cache_failed = true;
+                tracing::warn!(
+                    source = url.as_str(),
+                    error,
+                    "cached range source not usable"
+                );
+            }
+        }
+    }
+    report_staleness(&ranges, max_age);
 
     if cli.check_config {
         let failed = initial
             .iter()
             .any(|(_, o)| matches!(o, RefreshOutcome::Failed { .. }));
         println!(
-            "configuration ok: {} bots, {} range files{}",
+            "configuration ok: {} bots, {} range files, {} range URLs (fetched at start, not by \
+             --check-config){}{}",
             catalog.len(),
             initial.len(),
+            urls.len(),
             if failed {
                 ", SOME RANGE FILES FAILED"
+            } else {
+                ""
+            },
+            if cache_failed {
+                ", SOME CACHED COPIES ARE NOT USABLE"
             } else {
                 ""
             }
@@ -283,13 +428,14 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(serve(config, catalog, ranges, metrics))
+    runtime.block_on(serve(config, catalog, ranges, fetcher, metrics))
 }
 
 async fn serve(
     config: Config,
     catalog: std::collections::BTreeMap<String, crawlguard_verifier::config::BotMethods>,
     ranges: Arc<RangeStore>,
+    fetcher: Option<Arc<Fetcher>>,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<()> {
     let timeout = Duration::from_millis(config.dns.timeout_ms);
@@ -336,8 +482,8 @@ async fn serve(
     };
     let verifier = Arc::new(verifier);
 
-    if !ranges.paths().is_empty() {
-        let verifier = verifier.clone();
+    if !ranges.files().is_empty() {
+        let (verifier, ranges) = (verifier.clone(), ranges.clone());
         let interval = Duration::from_secs(config.ranges.reload_interval_s);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
@@ -346,7 +492,7 @@ async fn serve(
             loop {
                 tick.tick().await;
                 let store = ranges.clone();
-                let Ok(outcomes) = tokio::task::spawn_blocking(move || store.refresh()).await
+                let Ok(outcomes) = tokio::task::spawn_blocking(move || store.refresh_files()).await
                 else {
                     continue;
                 };
@@ -354,6 +500,43 @@ async fn serve(
                     // Ranges changed: cached verdicts may be wrong now (both ways).
                     verifier.invalidate_cache();
                 }
+            }
+        });
+    }
+    // Every range URL on its own schedule: fetched now (in the background: the sidecar
+    // serves meanwhile, with cached copies and FCrDNS), then every refresh interval, sooner
+    // after a failure.
+    for url in fetcher.as_ref().map(|_| ranges.urls()).unwrap_or_default() {
+        let Some(fetcher) = fetcher.clone() else {
+            break;
+        };
+        let (verifier, ranges) = (verifier.clone(), ranges.clone());
+        let interval = Duration::from_secs(config.ranges.refresh_interval_s);
+        let retry = Duration::from_secs(config.ranges.retry_interval_s);
+        tokio::spawn(async move {
+            let mut failures = 0u32;
+            loop {
+                let outcome = fetcher.fetch(&ranges, &url).await;
+                if report_fetch(&url, &outcome, verifier.metrics()) {
+                    verifier.invalidate_cache();
+                }
+                failures = match outcome {
+                    FetchOutcome::Failed { .. } => failures.saturating_add(1),
+                    _ => 0,
+                };
+                let jitter = crawlguard_verifier::fetch::jitter();
+                tokio::time::sleep(next_delay(interval, retry, failures, jitter)).await;
+            }
+        });
+    }
+    if !ranges.sources().is_empty() {
+        let ranges = ranges.clone();
+        let max_age = Duration::from_secs(config.ranges.max_age_s);
+        let tick = Duration::from_secs((config.ranges.max_age_s / 4).clamp(1, 60));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(tick).await;
+                report_staleness(&ranges, max_age);
             }
         });
     }

@@ -3,7 +3,10 @@
 //!
 //! Label values are bounded: `bot` is a catalog id or `unlisted` (query strings are
 //! attacker-controlled and must not mint new series), `method`/`verdict`/`kind`/`type`/`result`
-//! are fixed sets, `file` is a configured path.
+//! are fixed sets, `source` is a configured range source (a path or a URL).
+//!
+//! The range sources' age, staleness and failure gauges are computed when `/metrics` is
+//! scraped ([`Metrics::on_scrape`]), so the age is exact, not as old as the last refresh.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -11,6 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::sync::OnceLock;
 
 /// Labels of `verdicts_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -39,21 +43,24 @@ pub struct DnsErrorLabels {
     pub kind: String,
 }
 
-/// Labels of `range_reloads_total`.
+/// Labels of `range_reloads_total` and `range_fetches_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReloadLabels {
-    /// The range file's path.
-    pub file: String,
-    /// `ok` or `error`.
+pub struct SourceResultLabels {
+    /// The range source: a file path or a URL.
+    pub source: String,
+    /// Reloads: `ok` or `error`. Fetches: `ok`, `not_modified`, `error` or `invalid`.
     pub result: String,
 }
 
-/// Labels of `range_prefixes`.
+/// Labels of the per-source gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FileLabels {
-    /// The range file's path.
-    pub file: String,
+pub struct SourceLabels {
+    /// The range source: a file path or a URL.
+    pub source: String,
 }
+
+/// A hook run before every scrape.
+type ScrapeHook = Box<dyn Fn(&Metrics) + Send + Sync>;
 
 /// Every metric the verifier exports.
 pub struct Metrics {
@@ -79,10 +86,21 @@ pub struct Metrics {
     pub lookups_rejected: Counter,
     /// Time to resolve one verdict (cache misses), in seconds.
     pub verify_duration: Histogram,
-    /// Range-file loads, by file and result.
-    pub range_reloads: Family<ReloadLabels, Counter>,
-    /// Prefixes in use per range file.
-    pub range_prefixes: Family<FileLabels, Gauge>,
+    /// Range-file loads, by source and result.
+    pub range_reloads: Family<SourceResultLabels, Counter>,
+    /// Range-document fetches, by source (URL) and result.
+    pub range_fetches: Family<SourceResultLabels, Counter>,
+    /// Prefixes in use per range source.
+    pub range_prefixes: Family<SourceLabels, Gauge>,
+    /// Seconds since each source's data in use was last confirmed current (sources with
+    /// data only).
+    pub range_source_age: Family<SourceLabels, Gauge>,
+    /// 1 while a source's data is older than `ranges.max_age_s`.
+    pub range_source_stale: Family<SourceLabels, Gauge>,
+    /// Failed loads or fetches of each source since its last good one.
+    pub range_source_failures: Family<SourceLabels, Gauge>,
+    /// Run before every scrape (see [`Metrics::on_scrape`]).
+    scrape_hook: OnceLock<ScrapeHook>,
 }
 
 impl Default for Metrics {
@@ -105,8 +123,12 @@ impl Metrics {
         let lookups_rejected = Counter::default();
         // 0.5 ms .. ~16 s: cached-DNS answers up to several timed-out attempts.
         let verify_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
-        let range_reloads = Family::<ReloadLabels, Counter>::default();
-        let range_prefixes = Family::<FileLabels, Gauge>::default();
+        let range_reloads = Family::<SourceResultLabels, Counter>::default();
+        let range_fetches = Family::<SourceResultLabels, Counter>::default();
+        let range_prefixes = Family::<SourceLabels, Gauge>::default();
+        let range_source_age = Family::<SourceLabels, Gauge>::default();
+        let range_source_stale = Family::<SourceLabels, Gauge>::default();
+        let range_source_failures = Family::<SourceLabels, Gauge>::default();
 
         registry.register(
             "verdicts",
@@ -155,13 +177,33 @@ impl Metrics {
         );
         registry.register(
             "range_reloads",
-            "Range-file loads, by file and result",
+            "Range-file loads, by source and result",
             range_reloads.clone(),
         );
         registry.register(
+            "range_fetches",
+            "Range-document fetches, by source URL and result (ok, not_modified, error, invalid)",
+            range_fetches.clone(),
+        );
+        registry.register(
             "range_prefixes",
-            "Prefixes in use, by range file",
+            "Prefixes in use, by range source",
             range_prefixes.clone(),
+        );
+        registry.register(
+            "range_source_age_seconds",
+            "Seconds since the range data in use was last confirmed current, by source",
+            range_source_age.clone(),
+        );
+        registry.register(
+            "range_source_stale",
+            "1 while a range source's data is older than ranges.max_age_s",
+            range_source_stale.clone(),
+        );
+        registry.register(
+            "range_source_failures",
+            "Failed loads or fetches of a range source since its last good one",
+            range_source_failures.clone(),
         );
 
         let fleet = FleetMetrics::register(&mut registry);
@@ -179,8 +221,39 @@ impl Metrics {
             lookups_rejected,
             verify_duration,
             range_reloads,
+            range_fetches,
             range_prefixes,
+            range_source_age,
+            range_source_stale,
+            range_source_failures,
+            scrape_hook: OnceLock::new(),
         }
+    }
+
+    /// Runs `hook` before every scrape ([`Metrics::encode`]), to bring gauges up to date.
+    /// Only the first hook set is kept.
+    pub fn on_scrape(&self, hook: impl Fn(&Metrics) + Send + Sync + 'static) {
+        let _ = self.scrape_hook.set(Box::new(hook));
+    }
+
+    /// Counts one range-file load of `source` with `result` (`ok` or `error`).
+    pub fn range_reload(&self, source: &str, result: &str) {
+        self.range_reloads
+            .get_or_create(&SourceResultLabels {
+                source: source.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one fetch of `source` with `result`.
+    pub fn range_fetch(&self, source: &str, result: &str) {
+        self.range_fetches
+            .get_or_create(&SourceResultLabels {
+                source: source.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
     }
 
     /// Counts one DNS query of `rtype`.
@@ -202,8 +275,11 @@ impl Metrics {
             .inc();
     }
 
-    /// The OpenMetrics text exposition.
+    /// The OpenMetrics text exposition (after running the scrape hook, if any).
     pub fn encode(&self) -> String {
+        if let Some(hook) = self.scrape_hook.get() {
+            hook(self);
+        }
         let mut out = String::new();
         // Writing into a String cannot fail; an error here would be a library bug, and an
         // empty scrape is better than a panic.

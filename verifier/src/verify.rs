@@ -173,7 +173,7 @@ pub struct Verifier<R: Resolve> {
 }
 
 impl<R: Resolve> Verifier<R> {
-    /// Builds a verifier. `ranges` must watch every range file named in `catalog`.
+    /// Builds a verifier. `ranges` must hold every range source named in `catalog`.
     pub fn new(
         resolver: Arc<R>,
         ranges: Arc<RangeStore>,
@@ -371,6 +371,7 @@ impl<R: Resolve> Verifier<R> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::ranges::RangeSource;
     use crate::resolver::{DnsErrorKind, DnsFailure};
     use std::collections::HashMap;
     use std::path::PathBuf;
@@ -700,7 +701,7 @@ pub(crate) mod tests {
         assert_eq!(a.ip, IP);
     }
 
-    fn ranges_with(prefix: &str) -> (tempfile::TempDir, PathBuf, Arc<RangeStore>) {
+    fn ranges_with(prefix: &str) -> (tempfile::TempDir, RangeSource, Arc<RangeStore>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.json");
         std::fs::write(
@@ -708,9 +709,10 @@ pub(crate) mod tests {
             format!(r#"{{"prefixes":[{{"ipv4Prefix":"{prefix}"}}]}}"#),
         )
         .unwrap();
-        let store = Arc::new(RangeStore::new([path.clone()]));
-        store.refresh();
-        (dir, path, store)
+        let source = RangeSource::File(path);
+        let store = Arc::new(RangeStore::new([source.clone()]));
+        store.refresh_files();
+        (dir, source, store)
     }
 
     #[tokio::test]
@@ -754,7 +756,7 @@ pub(crate) mod tests {
         };
         let missing = BotMethods {
             domains: vec![],
-            ranges: vec![PathBuf::from("/nonexistent/ranges.json")],
+            ranges: vec![RangeSource::File(PathBuf::from("/nonexistent/ranges.json"))],
         };
         let v = verifier_with(
             FakeResolver::default(),

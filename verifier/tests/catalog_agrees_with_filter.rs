@@ -34,9 +34,24 @@ fn the_default_sidecar_configuration_has_methods_for_every_id_the_filter_sends()
     for id in &filter {
         assert!(catalog.contains_key(id), "{id}");
     }
-    // FCrDNS bots resolve without any configuration; range-only bots wait for range files.
+    // FCrDNS bots resolve without any configuration; range-only bots use the vendor's
+    // published URL, fetched by the sidecar.
     assert!(!catalog["googlebot"].domains.is_empty());
-    assert!(catalog["gptbot"].is_empty());
+    assert!(catalog["gptbot"].domains.is_empty());
+    assert_eq!(
+        catalog["gptbot"].ranges,
+        [crawlguard_verifier::ranges::RangeSource::Url(
+            "https://openai.com/gptbot.json".into()
+        )]
+    );
+    // Only Meta's, Mistral's and the uptime monitors' bots (and Google's favicon fetcher,
+    // FCrDNS only) have no published document.
+    let without: Vec<&String> = catalog
+        .iter()
+        .filter(|(_, m)| m.ranges.is_empty())
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(without.len(), 23, "{without:?}");
 }
 
 #[test]

@@ -191,10 +191,16 @@ struct Sidecar {
     http: reqwest::Client,
 }
 
+/// Starts the binary in `dir` (its log: `dir/verifier.log`). Hermetic: the built-in vendor
+/// range URLs are off (`--no-builtin-range-urls`; tests that fetch configure a loopback URL)
+/// and the range cache is `dir/cache`, unless `args` say otherwise.
 async fn start_sidecar(dir: &Path, args: &[String]) -> Sidecar {
     let log = dir.join("verifier.log");
     let mut child = Command::new(env!("CARGO_BIN_EXE_crawlguard-verifier"))
         .args(["--listen", "127.0.0.1:0", "--log-level", "debug"])
+        .arg("--no-builtin-range-urls")
+        .arg("--cache-dir")
+        .arg(dir.join("cache"))
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -260,6 +266,19 @@ impl Sidecar {
 
     async fn metrics(&self) -> String {
         self.get("/metrics").await.1
+    }
+
+    /// Waits (polling `/metrics`) until `series` is at least `at_least`.
+    async fn wait_metric(&self, series: &str, at_least: f64) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.metric(series).await < at_least {
+            assert!(
+                Instant::now() < deadline,
+                "{series} never reached {at_least}:\n{}",
+                self.metrics().await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Value of one exact series (`name{labels}`), 0 when absent.
@@ -518,6 +537,7 @@ async fn range_files_verify_and_reload() {
     )
     .await;
     let file_label = ranges.display().to_string();
+    let chatgpt_label = chatgpt.display().to_string();
 
     assert_eq!(
         sc.verify("127.0.77.5", "gptbot").await,
@@ -541,8 +561,7 @@ async fn range_files_verify_and_reload() {
     // The real OpenAI file (single-line formatting) is loaded and used.
     assert_eq!(
         sc.metric(&format!(
-            "crawlguard_verifier_range_prefixes{{file={:?}}}",
-            chatgpt.display().to_string()
+            "crawlguard_verifier_range_prefixes{{source={chatgpt_label:?}}}"
         ))
         .await,
         103.0
@@ -564,8 +583,9 @@ async fn range_files_verify_and_reload() {
         &ranges,
         r#"{"creationTime": "2025-02-01", "prefixes": [{"ipv4Prefix": "127.0.88.0/24"},"#,
     );
-    let err_series =
-        format!("crawlguard_verifier_range_reloads_total{{file={file_label:?},result=\"error\"}}");
+    let err_series = format!(
+        "crawlguard_verifier_range_reloads_total{{source={file_label:?},result=\"error\"}}"
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     while sc.metric(&err_series).await < 1.0 {
         assert!(Instant::now() < deadline, "malformed file never reported");
@@ -577,16 +597,23 @@ async fn range_files_verify_and_reload() {
     );
     assert_eq!(
         sc.metric(&format!(
-            "crawlguard_verifier_range_prefixes{{file={file_label:?}}}"
+            "crawlguard_verifier_range_prefixes{{source={file_label:?}}}"
         ))
         .await,
         2.0
+    );
+    assert_eq!(
+        sc.metric(&format!(
+            "crawlguard_verifier_range_source_failures{{source={file_label:?}}}"
+        ))
+        .await,
+        1.0
     );
 
     // A new valid file is picked up; cached verdicts from the old ranges are dropped.
     replace_file(&ranges, r#"{"prefixes":[{"ipv4Prefix":"127.0.88.0/24"}]}"#);
     let ok_series =
-        format!("crawlguard_verifier_range_reloads_total{{file={file_label:?},result=\"ok\"}}");
+        format!("crawlguard_verifier_range_reloads_total{{source={file_label:?},result=\"ok\"}}");
     let deadline = Instant::now() + Duration::from_secs(10);
     while sc.metric(&ok_series).await < 2.0 {
         assert!(Instant::now() < deadline, "new range file never loaded");
@@ -701,6 +728,10 @@ fn help_documents_every_flag() {
         "--cache-max-entries",
         "--max-concurrent-lookups",
         "--reload-interval-s",
+        "--refresh-interval-s",
+        "--range-max-age-s",
+        "--cache-dir",
+        "--no-builtin-range-urls",
         "--ttl-verified-s",
         "--ttl-spoofed-s",
         "--ttl-unknown-s",
@@ -738,7 +769,7 @@ fn print_default_config_is_a_valid_config() {
         String::from_utf8_lossy(&check.stderr)
     );
     assert!(
-        stdout.starts_with("configuration ok: 56 bots, 0 range files"),
+        stdout.starts_with("configuration ok: 56 bots, 0 range files, 15 range URLs"),
         "{stdout}"
     );
 }
@@ -772,5 +803,240 @@ async fn loopback_claims_are_spoofed() {
     assert_eq!(
         sc.verify("::1", "googlebot").await,
         answer("::1", "googlebot", "spoofed", "fcrdns", "", 3600)
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Range URLs: fetched on start and on schedule, 304s, changes, the cache across a restart
+// ---------------------------------------------------------------------------------------
+
+const DOC_V1: &str = r#"{"creationTime":"2026-08-20T00:00:00","prefixes":[{"ipv4Prefix":"127.0.90.0/24"},{"ipv6Prefix":"2001:db8:90::/48"}]}"#;
+const DOC_V2: &str =
+    r#"{"creationTime":"2026-08-21T00:00:00","prefixes":[{"ipv4Prefix":"127.0.91.0/24"}]}"#;
+
+/// A range document on loopback (axum): `GET /r.json` with an ETag, 304 on a match.
+struct DocServer {
+    addr: SocketAddr,
+    doc: std::sync::Arc<std::sync::Mutex<(String, String)>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl DocServer {
+    async fn start(body: &str, etag: &str) -> DocServer {
+        use axum::http::{header, HeaderMap, StatusCode};
+        use axum::response::IntoResponse;
+        let doc = std::sync::Arc::new(std::sync::Mutex::new((body.to_string(), etag.to_string())));
+        let state = doc.clone();
+        let app = axum::Router::new().route(
+            "/r.json",
+            axum::routing::get(move |headers: HeaderMap| {
+                let (body, etag) = state.lock().unwrap().clone();
+                async move {
+                    if headers
+                        .get(header::IF_NONE_MATCH)
+                        .is_some_and(|v| v.as_bytes() == etag.as_bytes())
+                    {
+                        return StatusCode::NOT_MODIFIED.into_response();
+                    }
+                    ([(header::ETAG, etag)], body).into_response()
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        DocServer { addr, doc, task }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/r.json", self.addr)
+    }
+
+    fn set(&self, body: &str, etag: &str) {
+        *self.doc.lock().unwrap() = (body.to_string(), etag.to_string());
+    }
+}
+
+impl Drop for DocServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `crawlguard_verifier_<name>{source="<source>"<extra>}`.
+fn series(name: &str, source: &str, extra: &str) -> String {
+    format!("crawlguard_verifier_{name}{{source={source:?}{extra}}}")
+}
+
+fn fetches(source: &str, result: &str) -> String {
+    series(
+        "range_fetches_total",
+        source,
+        &format!(",result={result:?}"),
+    )
+}
+
+fn log_of(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("verifier.log")).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn range_urls_are_fetched_refreshed_and_survive_a_restart_without_network() {
+    let server = DocServer::start(DOC_V1, "\"v1\"").await;
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("verifier.toml");
+    std::fs::write(
+        &config,
+        format!("[[bots]]\nid = \"gptbot\"\nranges = [{url:?}]\n"),
+    )
+    .unwrap();
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = vec![
+            "--config".into(),
+            config.display().to_string(),
+            "--refresh-interval-s".into(),
+            "1".into(),
+            "--nameserver".into(),
+            "127.0.0.1:9".into(),
+        ];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let sc = start_sidecar(dir.path(), &args(&[])).await;
+
+    // Fetched on start (in the background: the service answered /healthz meanwhile).
+    sc.wait_metric(&fetches(&url, "ok"), 1.0).await;
+    assert_eq!(
+        sc.verify("127.0.90.5", "gptbot").await,
+        answer("127.0.90.5", "gptbot", "verified", "ip_range", "", 86400)
+    );
+    assert_eq!(
+        sc.verify("2001:db8:90::5", "gptbot").await,
+        answer(
+            "2001:db8:90::5",
+            "gptbot",
+            "verified",
+            "ip_range",
+            "",
+            86400
+        )
+    );
+    assert_eq!(sc.metric(&series("range_prefixes", &url, "")).await, 2.0);
+    assert_eq!(
+        sc.metric(&series("range_source_stale", &url, "")).await,
+        0.0
+    );
+    assert_eq!(
+        sc.metric(&series("range_source_failures", &url, "")).await,
+        0.0
+    );
+    assert!(sc
+        .metrics()
+        .await
+        .contains(&series("range_source_age_seconds", &url, "")));
+    assert!(
+        sc.metric(&series("range_source_age_seconds", &url, ""))
+            .await
+            < 5.0
+    );
+
+    // Every second (±10%): a conditional GET, answered 304.
+    sc.wait_metric(&fetches(&url, "not_modified"), 1.0).await;
+    assert_eq!(sc.metric(&fetches(&url, "ok")).await, 1.0);
+
+    // A changed document is picked up, and the verdicts of the old ranges are dropped.
+    assert_eq!(
+        sc.verify("127.0.91.5", "gptbot").await,
+        answer("127.0.91.5", "gptbot", "spoofed", "ip_range", "", 3600)
+    );
+    server.set(DOC_V2, "\"v2\"");
+    sc.wait_metric(&fetches(&url, "ok"), 2.0).await;
+    assert_eq!(
+        sc.verify("127.0.91.5", "gptbot").await,
+        answer("127.0.91.5", "gptbot", "verified", "ip_range", "", 86400)
+    );
+    assert_eq!(
+        sc.verify("127.0.90.5", "gptbot").await,
+        answer("127.0.90.5", "gptbot", "spoofed", "ip_range", "", 3600)
+    );
+    assert_eq!(sc.metric(&series("range_prefixes", &url, "")).await, 1.0);
+    assert!(log_of(dir.path()).contains("range source fetched"));
+    drop(sc);
+
+    // The server goes away; a restart verifies with the last good copy from the cache, and
+    // with a max age of 1 s the copy soon counts as stale: a metric and a log line, never an
+    // outage.
+    drop(server);
+    let sc = start_sidecar(dir.path(), &args(&["--range-max-age-s", "1"])).await;
+    assert!(log_of(dir.path()).contains("range source loaded from the cache"));
+    assert_eq!(
+        sc.verify("127.0.91.6", "gptbot").await,
+        answer("127.0.91.6", "gptbot", "verified", "ip_range", "", 86400)
+    );
+    sc.wait_metric(&fetches(&url, "error"), 1.0).await;
+    sc.wait_metric(&series("range_source_stale", &url, ""), 1.0)
+        .await;
+    assert!(sc.metric(&series("range_source_failures", &url, "")).await >= 1.0);
+    assert_eq!(sc.metric(&series("range_prefixes", &url, "")).await, 1.0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !log_of(dir.path()).contains("range source stale; its ranges stay in use") {
+        assert!(
+            Instant::now() < deadline,
+            "no stale log line:\n{}",
+            log_of(dir.path())
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(log_of(dir.path()).contains("range source fetch failed; keeping previous ranges"));
+    assert_eq!(
+        sc.verify("127.0.91.7", "gptbot").await,
+        answer("127.0.91.7", "gptbot", "verified", "ip_range", "", 86400)
+    );
+}
+
+#[tokio::test]
+async fn with_no_network_the_sidecar_starts_and_verifies_by_fcrdns() {
+    let Some(bin) = require_dnsmasq() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let dns = start_dnsmasq(&bin, dir.path());
+    // Googlebot's ranges at an address where nothing listens (port 9, discard): every fetch
+    // fails, there is no cached copy, and FCrDNS still verifies.
+    let dead = "http://127.0.0.1:9/common-crawlers.json";
+    let config = dir.path().join("verifier.toml");
+    std::fs::write(
+        &config,
+        format!("[[bots]]\nid = \"googlebot\"\nranges = [{dead:?}]\n"),
+    )
+    .unwrap();
+    let mut args = nameserver_args(&dns);
+    args.extend(["--config".into(), config.display().to_string()]);
+    let sc = start_sidecar(dir.path(), &args).await;
+    assert_eq!(
+        sc.verify("192.0.2.1", "googlebot").await,
+        answer(
+            "192.0.2.1",
+            "googlebot",
+            "verified",
+            "fcrdns",
+            "crawl-66-249-66-1.googlebot.com",
+            86400
+        )
+    );
+    sc.wait_metric(&fetches(dead, "error"), 1.0).await;
+    assert_eq!(sc.metric(&series("range_prefixes", dead, "")).await, 0.0);
+    assert_eq!(
+        sc.metric(&series("range_source_stale", dead, "")).await,
+        0.0
+    );
+    assert!(!sc
+        .metrics()
+        .await
+        .contains(&series("range_source_age_seconds", dead, "")));
+    assert_eq!(
+        sc.verify("192.0.2.200", "googlebot").await,
+        answer("192.0.2.200", "googlebot", "spoofed", "fcrdns", "", 3600)
     );
 }
