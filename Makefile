@@ -7,7 +7,7 @@ WASM := target/wasm32-wasip1/release/crawlguard.wasm
 # The real-Envoy tests each start an Envoy; two at a time suits a 2-core machine.
 TEST_THREADS ?= 2
 
-.PHONY: all setup setup-rust build build-cli install-cli build-verifier run test test-host test-integration test-compose lint clean distclean bench fuzz soak
+.PHONY: all setup setup-rust build build-cli install-cli build-sidecar run test test-host test-integration test-compose lint clean distclean bench fuzz soak
 
 all: build
 
@@ -31,13 +31,13 @@ build-cli: setup-rust
 install-cli: setup-rust
 	$(CARGO) install --locked --path cli
 
-## build-verifier: the sidecar, target/release/crawlguard-verifier
-build-verifier: setup-rust
-	$(CARGO) build --release -p crawlguard-verifier
+## build-sidecar: the sidecar, target/release/crawlguard-sidecar
+build-sidecar: setup-rust
+	$(CARGO) build --release -p crawlguard-sidecar
 
-## run: the verifier sidecar (127.0.0.1:9090) and Envoy in the foreground on 127.0.0.1:10000
+## run: the sidecar (127.0.0.1:9090) and Envoy in the foreground on 127.0.0.1:10000
 ## (admin :9901) with envoy/envoy.yaml
-run: setup build build-verifier
+run: setup build build-sidecar
 	@scripts/run.sh
 
 ## test: host tests of the workspace (unit, property, real-data), the real-Envoy tests in
@@ -68,7 +68,7 @@ test-compose: setup build
 ## bench: throughput/latency vs Envoy's local_ratelimit and a wasm floor, exactness, memory,
 ## the crawlguard command's log lines/s (a benchmark, not a test): writes bench/results.md;
 ## BENCH_ARGS=--cli-only measures only the command
-bench: setup build build-verifier
+bench: setup build build-sidecar
 	@command -v wrk >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
 	python3 bench/bench.py $(BENCH_ARGS)
 

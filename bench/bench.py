@@ -512,7 +512,7 @@ def soak(tmp, seconds, out_path):
     return row
 
 
-VERIFIER_BIN = os.path.join(ROOT, "target/release/crawlguard-verifier")
+VERIFIER_BIN = os.path.join(ROOT, "target/release/crawlguard-sidecar")
 
 MISS_LUA = """
 -- wrk.format with a header table replaces wrk.headers (the -H headers): merge them.
@@ -542,7 +542,7 @@ end
 def verifier_latency(tmp, duration):
     """Sidecar latency on cache hits, and the filter's added latency on verdict misses."""
     if not os.path.exists(VERIFIER_BIN):
-        print("  (no release verifier: run `make build-verifier`)")
+        print("  (no release sidecar: run `make build-sidecar`)")
         return None
     ranges = os.path.join(tmp, "loopback-ranges.json")
     with open(ranges, "w") as f:

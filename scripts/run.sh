@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
-# `make run`: the crawlguard-verifier sidecar on 127.0.0.1:9090 and Envoy in the foreground
+# `make run`: the sidecar (crawlguard-sidecar) on 127.0.0.1:9090 and Envoy in the foreground
 # with envoy/envoy.yaml (crawlguard with its embedded default configuration in front of the
-# demo origin). Expects `make build build-verifier` to have run. Ctrl-C stops both.
+# demo origin). Expects `make build build-sidecar` to have run. Ctrl-C stops both.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 WASM=target/wasm32-wasip1/release/crawlguard.wasm
-VERIFIER=target/release/crawlguard-verifier
+VERIFIER=target/release/crawlguard-sidecar
 [ -f "$WASM" ] || { echo "$WASM is missing: run \`make build\` first" >&2; exit 1; }
-[ -x "$VERIFIER" ] || { echo "$VERIFIER is missing: run \`make build-verifier\` first" >&2; exit 1; }
+[ -x "$VERIFIER" ] || { echo "$VERIFIER is missing: run \`make build-sidecar\` first" >&2; exit 1; }
 
 # The sidecar resolves with the system's resolv.conf. Its published IP ranges come from the
 # example configuration's range *files* (copies in ../shared/data; `builtin_urls = false`), so
 # `make run` needs no network; VERIFIER_ARGS replaces that, e.g. VERIFIER_ARGS="" to fetch the
-# vendors' URLs (cached in /var/cache/crawlguard-verifier, or --cache-dir DIR).
-"$VERIFIER" --listen 127.0.0.1:9090 ${VERIFIER_ARGS---config verifier/verifier.example.toml} >/dev/null &
+# vendors' URLs (cached in /var/cache/crawlguard-sidecar, or --cache-dir DIR).
+"$VERIFIER" --listen 127.0.0.1:9090 ${VERIFIER_ARGS---config sidecar/sidecar.example.toml} >/dev/null &
 VERIFIER_PID=$!
 trap 'kill "$VERIFIER_PID" 2>/dev/null || true' EXIT INT TERM
 

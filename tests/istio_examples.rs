@@ -25,7 +25,7 @@ fn s<'a>(v: &'a Value, path: &[&str]) -> &'a str {
 
 /// `outbound|<port>||<name>.<namespace>.svc.cluster.local` of the verifier Service.
 fn verifier_cluster() -> String {
-    let all = docs("envoy/istio/verifier.yaml");
+    let all = docs("envoy/istio/sidecar.yaml");
     assert_eq!(all.len(), 3, "Namespace, Deployment, Service");
     let svc = all
         .iter()
@@ -54,7 +54,7 @@ fn verifier_cluster() -> String {
 
 /// The verifier Deployment's first container.
 fn verifier_container() -> Value {
-    let all = docs("envoy/istio/verifier.yaml");
+    let all = docs("envoy/istio/sidecar.yaml");
     let dep = all
         .iter()
         .find(|d| s(d, &["kind"]) == "Deployment")
@@ -110,7 +110,7 @@ fn check_wasmplugin_doc(rel: &str, wp: &Value, url_scheme: &str) -> crawlguard::
     assert_eq!(cfg.verifier.cluster, verifier_cluster(), "{rel}");
     assert_eq!(
         cfg.verifier.authority,
-        "crawlguard-verifier.crawlguard-system.svc.cluster.local"
+        "crawlguard-sidecar.crawlguard-system.svc.cluster.local"
     );
 
     // The full default configuration, but for the verifier address.
@@ -190,7 +190,7 @@ fn the_verifier_reads_redis_from_the_example_secret_which_names_the_example_redi
         );
     }
 
-    // The verifier: CRAWLGUARD_VERIFIER_REDIS from the Secret's `url`, optional (the
+    // The verifier: CRAWLGUARD_SIDECAR_REDIS from the Secret's `url`, optional (the
     // verifier runs without Redis until the Secret exists).
     let container = verifier_container();
     let env = container
@@ -199,8 +199,8 @@ fn the_verifier_reads_redis_from_the_example_secret_which_names_the_example_redi
         .expect("verifier env");
     let redis_env = env
         .iter()
-        .find(|e| s(e, &["name"]) == "CRAWLGUARD_VERIFIER_REDIS")
-        .expect("CRAWLGUARD_VERIFIER_REDIS");
+        .find(|e| s(e, &["name"]) == "CRAWLGUARD_SIDECAR_REDIS")
+        .expect("CRAWLGUARD_SIDECAR_REDIS");
     let key_ref = get(redis_env, &["valueFrom", "secretKeyRef"]);
     assert_eq!(s(key_ref, &["name"]), s(secret, &["metadata", "name"]));
     assert_eq!(s(key_ref, &["key"]), "url");

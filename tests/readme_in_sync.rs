@@ -217,8 +217,8 @@ fn readmes_state_the_fleet_overshoot_bound_as_the_contract_computes_it() {
     let formula = crawlguard_contract::fleet::OVERSHOOT_FORMULA;
     assert!(readme().contains(formula), "README.md: {formula}");
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let sidecar = std::fs::read_to_string(root.join("verifier/README.md")).expect("read");
-    assert!(sidecar.contains(formula), "verifier/README.md: {formula}");
+    let sidecar = std::fs::read_to_string(root.join("sidecar/README.md")).expect("read");
+    assert!(sidecar.contains(formula), "sidecar/README.md: {formula}");
     // The worked example: 3 replicas, 5/s, burst 10, 500 ms.
     let b = crawlguard_contract::fleet::overshoot_bound(3, 5.0, 10, 500);
     assert_eq!(b.round(), 19.0);

@@ -21,7 +21,7 @@ Examples:
   crawlguard report /var/log/envoy/access.log.1.gz /var/log/envoy/access.log
   crawlguard report --json --plot incident.svg access.log
   crawlguard replay --config new-limits.json --speed 10 access.log
-  crawlguard replay --config cfg.json --ranges verifier/verifier.example.toml access.log
+  crawlguard replay --config cfg.json --ranges sidecar/sidecar.example.toml access.log
   crawlguard check-config envoy/examples/api-route.json envoy/istio/wasmplugin.yaml
   echo 'Mozilla/5.0 (compatible; Googlebot/2.1)' | crawlguard classify
 

@@ -7,8 +7,8 @@
 //! claim that only FCrDNS could decide is answered `unknown` (the filter classes it
 //! `unverified_bot`) and counted as such in the output.
 
-use crawlguard_verifier::config::{BotMethods, Config};
-use crawlguard_verifier::ranges::{load_range_file, RangeSet, RangeSource};
+use crawlguard_sidecar::config::{BotMethods, Config};
+use crawlguard_sidecar::ranges::{load_range_file, RangeSet, RangeSource};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};

@@ -77,7 +77,7 @@ fn every_shipped_example_and_istio_file() {
         format!(
             "{}: WasmPlugin crawlguard (spec.pluginConfig): ok (mode enforce, 9 limits, 0 routes, \
              161 bots, 16384 bucket slots, verifier cluster \
-             \"outbound|9090||crawlguard-verifier.crawlguard-system.svc.cluster.local\")",
+             \"outbound|9090||crawlguard-sidecar.crawlguard-system.svc.cluster.local\")",
             root().join("envoy/istio/wasmplugin.yaml").display()
         )
     );

@@ -17,7 +17,7 @@ const APACHE_LOG: &str = concat!(
 const BIN: &str = env!("CARGO_BIN_EXE_crawlguard");
 const EXAMPLE_TOML: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../verifier/verifier.example.toml"
+    "/../sidecar/sidecar.example.toml"
 );
 
 fn replay(cfg: &str, speed: f64, ranges: &[&str]) -> Value {

@@ -184,8 +184,8 @@ v="$(curl -sS --max-time 5 "$VERIFIER_B/v1/verify?ip=192.0.2.8&bot=googlebot")"
 echo "#   verifier-b: $v"
 expect "verifier-b: 192.0.2.8 verified from the shared verdict (1 Redis hit, 0 PTR queries)" \
     'grep -q "\"verdict\":\"verified\",\"method\":\"fcrdns\",\"host\":\"crawl-192-0-2-8.googlebot.com\"" <<<"$v" &&
-     [ "$(metric "$VERIFIER_B" crawlguard_verifier_redis_verdict_hits_total)" = 1 ] &&
-     [ "$(metric "$VERIFIER_B" "crawlguard_verifier_dns_queries_total{type=\"ptr\"}")" = 0 ]'
+     [ "$(metric "$VERIFIER_B" crawlguard_sidecar_redis_verdict_hits_total)" = 1 ] &&
+     [ "$(metric "$VERIFIER_B" "crawlguard_sidecar_dns_queries_total{type=\"ptr\"}")" = 0 ]'
 
 
 # --- 1. a browser: 200, the upstream saw x-crawler-class: human (a forged value removed) ---
@@ -373,8 +373,8 @@ for r in A B; do
     degraded="$(counter crawlguard.fleet.degraded "$admin")"
     keys="$(counter crawlguard.fleet.keys_synced "$admin")"
     dropped="$(counter crawlguard.fleet.keys_dropped "$admin")"
-    batches="$(metric "$sidecar" 'crawlguard_verifier_fleet_sync_batches_total{result="ok"}')"
-    sidecar_replicas="$(metric "$sidecar" crawlguard_verifier_fleet_replicas)"
+    batches="$(metric "$sidecar" 'crawlguard_sidecar_fleet_sync_batches_total{result="ok"}')"
+    sidecar_replicas="$(metric "$sidecar" crawlguard_sidecar_fleet_replicas)"
     echo "#   replica $r: fleet.syncs $syncs ($((syncs - s0)) during the checks)," \
         "sync_error $errors ($((errors - e0)) during the checks), replicas $replicas," \
         "degraded $degraded, keys_synced $keys, keys_dropped $dropped;" \

@@ -13,7 +13,7 @@
 //! | [`client`] | reqwest clients bound to `127.0.0.x`, [`get`] / [`claim`] / [`sequential`] / [`burst`], [`Reply`] |
 //! | [`raw_http1`] | HTTP/1.1 by hand: exact request bytes, keep-alive, pipelining ([`raw`], [`RawHttp1`]) |
 //! | [`dns`] | [`Dnsmasq`] with a test's [`Record`]s, [`SlowDns`], [`Blackhole`] |
-//! | [`sidecar`] | [`Sidecar`]: the `crawlguard-verifier` process |
+//! | [`sidecar`] | [`Sidecar`]: the `crawlguard-sidecar` process |
 //! | [`redis`] | [`Redis`]: `redis-server` on a free port (kill, restart, pause, a RESP client of its own), [`SlowProxy`] |
 //! | [`stack`] | [`Stack`]: Envoy + sidecar + dnsmasq |
 //! | [`checks`] | checks the suites share: [`Table`], [`assert_clean_rejection`], [`assert_log_clean`] |

@@ -1,9 +1,9 @@
-//! The verifier sidecar: [`Sidecar`], a running `crawlguard-verifier` started from
+//! The verifier sidecar: [`Sidecar`], a running `crawlguard-sidecar` started from
 //! [`SidecarOpts`], and [`verifier_bin`], which finds (or builds) the binary.
 //!
-//! The sidecar binary: `$CRAWLGUARD_VERIFIER_BIN`, else the one in the running test's
+//! The sidecar binary: `$CRAWLGUARD_SIDECAR_BIN`, else the one in the running test's
 //! target directory if it is newer than the verifier's sources (`make test` builds it
-//! first), else `cargo build -q -p crawlguard-verifier` runs once per test process into that
+//! first), else `cargo build -q -p crawlguard-sidecar` runs once per test process into that
 //! target directory.
 
 use std::net::SocketAddr;
@@ -21,16 +21,16 @@ use crate::process::{temp_dir, Process};
 /// How long the sidecar may take to print `listening on` and to answer `/healthz`.
 const READY_DEADLINE: Duration = Duration::from_secs(30);
 
-/// The `crawlguard-verifier` binary: `$CRAWLGUARD_VERIFIER_BIN`; else
-/// `target/<profile>/crawlguard-verifier` of the target directory and profile of the running
+/// The `crawlguard-sidecar` binary: `$CRAWLGUARD_SIDECAR_BIN`; else
+/// `target/<profile>/crawlguard-sidecar` of the target directory and profile of the running
 /// test executable (`target/<profile>/deps/<test>`) if it is newer than the verifier's
 /// sources (as after `make test`'s first `cargo test --workspace`); else it is built there,
-/// once per test process, with `cargo build -q -p crawlguard-verifier`. If that build fails
+/// once per test process, with `cargo build -q -p crawlguard-sidecar`. If that build fails
 /// but a binary is there, that binary is used (with a warning).
 pub fn verifier_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("CRAWLGUARD_VERIFIER_BIN") {
+        if let Some(p) = std::env::var_os("CRAWLGUARD_SIDECAR_BIN") {
             return PathBuf::from(p);
         }
         let profile_dir = profile_dir();
@@ -49,14 +49,14 @@ pub fn verifier_bin() -> PathBuf {
         {
             target_dir = target_dir.parent().unwrap().to_path_buf();
         }
-        let bin = target_dir.join(&profile).join("crawlguard-verifier");
+        let bin = target_dir.join(&profile).join("crawlguard-sidecar");
         if binary_is_fresh(&bin) {
             return bin;
         }
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(&cargo);
-        cmd.args(["build", "-q", "-p", "crawlguard-verifier", "--bin"])
-            .arg("crawlguard-verifier")
+        cmd.args(["build", "-q", "-p", "crawlguard-sidecar", "--bin"])
+            .arg("crawlguard-sidecar")
             .arg("--target-dir")
             .arg(&target_dir)
             .current_dir(repo_root())
@@ -74,16 +74,16 @@ pub fn verifier_bin() -> PathBuf {
             Ok(s) if s.success() && bin.exists() => bin,
             result if bin.exists() => {
                 eprintln!(
-                    "warning: `cargo build -p crawlguard-verifier` failed ({result:?}); \
+                    "warning: `cargo build -p crawlguard-sidecar` failed ({result:?}); \
                      using the existing {}",
                     bin.display()
                 );
                 bin
             }
             result => panic!(
-                "crawlguard-verifier could not be built ({result:?}) and {} is missing; \
-                 build it with `cargo build -p crawlguard-verifier` or set \
-                 CRAWLGUARD_VERIFIER_BIN",
+                "crawlguard-sidecar could not be built ({result:?}) and {} is missing; \
+                 build it with `cargo build -p crawlguard-sidecar` or set \
+                 CRAWLGUARD_SIDECAR_BIN",
                 bin.display()
             ),
         }
@@ -108,10 +108,10 @@ fn newest_source_mtime() -> Option<SystemTime> {
     }
     let root = repo_root();
     let mut newest = SystemTime::UNIX_EPOCH;
-    for f in ["Cargo.toml", "Cargo.lock", "verifier/Cargo.toml"] {
+    for f in ["Cargo.toml", "Cargo.lock", "sidecar/Cargo.toml"] {
         newest = newest.max(std::fs::metadata(root.join(f)).ok()?.modified().ok()?);
     }
-    walk(&root.join("verifier/src"), &mut newest).ok()?;
+    walk(&root.join("sidecar/src"), &mut newest).ok()?;
     Some(newest)
 }
 
@@ -170,7 +170,7 @@ impl SidecarOpts {
     }
 }
 
-/// A running `crawlguard-verifier` on `127.0.0.1:<port>`, killed on drop (or by
+/// A running `crawlguard-sidecar` on `127.0.0.1:<port>`, killed on drop (or by
 /// [`Sidecar::kill`]; see [`Process`]).
 pub struct Sidecar {
     process: Process,
@@ -229,18 +229,18 @@ impl Sidecar {
         }
         // stdout (the `listening on` line) and stderr (the log) share the log file.
         let process = Process::spawn(
-            "crawlguard-verifier",
+            "crawlguard-sidecar",
             dir,
             Command::new(&bin)
                 .args(&args)
-                .env_remove("CRAWLGUARD_VERIFIER_CONFIG")
-                .env_remove("CRAWLGUARD_VERIFIER_REDIS")
+                .env_remove("CRAWLGUARD_SIDECAR_CONFIG")
+                .env_remove("CRAWLGUARD_SIDECAR_REDIS")
                 .envs(opts.env.iter().map(|(k, v)| (k, v))),
         );
         let addr = process
             .wait_listening(READY_DEADLINE)
             .await
-            .unwrap_or_else(|e| panic!("crawlguard-verifier {e} (no `listening on` line)"));
+            .unwrap_or_else(|e| panic!("crawlguard-sidecar {e} (no `listening on` line)"));
         let http = harness_client(Duration::from_secs(10));
         let healthz = format!("http://{addr}/healthz");
         process
@@ -250,7 +250,7 @@ impl Sidecar {
                 ok.then_some(())
             })
             .await
-            .unwrap_or_else(|e| panic!("crawlguard-verifier {e} (/healthz never answered ok)"));
+            .unwrap_or_else(|e| panic!("crawlguard-sidecar {e} (/healthz never answered ok)"));
         Sidecar {
             process,
             addr,
@@ -351,10 +351,10 @@ impl Sidecar {
 
     /// How many verdicts it gave for `bot` by `method` (`fcrdns`, `ip_range`, `none`) with
     /// `verdict` (`verified`, `spoofed`, `unknown`): its
-    /// `crawlguard_verifier_verdicts_total` series.
+    /// `crawlguard_sidecar_verdicts_total` series.
     pub async fn verdicts(&self, bot: &str, method: &str, verdict: &str) -> f64 {
         self.metric(&format!(
-            "crawlguard_verifier_verdicts_total{{bot=\"{bot}\",method=\"{method}\",verdict=\"{verdict}\"}}"
+            "crawlguard_sidecar_verdicts_total{{bot=\"{bot}\",method=\"{method}\",verdict=\"{verdict}\"}}"
         ))
         .await
     }

@@ -1,4 +1,4 @@
-//! Fleet mode, sidecar side, with real processes: `crawlguard-verifier --redis` against a real
+//! Fleet mode, sidecar side, with real processes: `crawlguard-sidecar --redis` against a real
 //! `redis-server` (Debian's package, on a free loopback port), no Envoy.
 //!
 //! - `POST /v1/fleet/sync` applies each batch atomically with exact GCRA figures: two
@@ -172,16 +172,16 @@ async fn two_replicas_batches_make_one_fleet_bucket_with_exact_figures() {
     assert_eq!(redis.get(&format!("{BUCKET}00000000000000a3")), None);
     assert_eq!(redis.dbsize(), 4, "replicas, c0ffee, a1, a2");
     assert_eq!(
-        a.metric("crawlguard_verifier_fleet_sync_batches_total{result=\"ok\"}")
+        a.metric("crawlguard_sidecar_fleet_sync_batches_total{result=\"ok\"}")
             .await,
         3.0
     );
     assert_eq!(
-        a.metric("crawlguard_verifier_fleet_sync_batch_keys_sum")
+        a.metric("crawlguard_sidecar_fleet_sync_batch_keys_sum")
             .await,
         6.0
     );
-    assert_eq!(a.metric("crawlguard_verifier_fleet_replicas").await, 2.0);
+    assert_eq!(a.metric("crawlguard_sidecar_fleet_replicas").await, 2.0);
 }
 
 #[tokio::test]
@@ -290,7 +290,7 @@ async fn heartbeats_count_live_replicas_each_for_three_of_its_intervals() {
     .await
     .expect("r2 and r3 never stopped counting");
     assert!(dropped >= Duration::from_millis(600), "after {dropped:?}");
-    assert_eq!(sc.metric("crawlguard_verifier_fleet_replicas").await, 2.0);
+    assert_eq!(sc.metric("crawlguard_sidecar_fleet_replicas").await, 2.0);
     let RedisReply::Array(members) = redis.cmd(&["ZRANGE", "crawlguard:replicas", "0", "-1"])
     else {
         panic!("ZRANGE did not answer an array");
@@ -326,12 +326,12 @@ async fn redis_killed_gives_503_within_the_timeout_and_the_sidecar_recovers_alon
         assert!(took < Duration::from_millis(400), "attempt {i}: {took:?}");
     }
     assert_eq!(
-        sc.metric("crawlguard_verifier_fleet_sync_batches_total{result=\"unavailable\"}")
+        sc.metric("crawlguard_sidecar_fleet_sync_batches_total{result=\"unavailable\"}")
             .await,
         5.0
     );
     assert_eq!(
-        metric_sum(&sc, "crawlguard_verifier_redis_errors_total{op=\"sync\"").await,
+        metric_sum(&sc, "crawlguard_sidecar_redis_errors_total{op=\"sync\"").await,
         5.0
     );
     assert!(sc.log().contains("redis command failed"), "{}", sc.log());
@@ -381,7 +381,7 @@ async fn slow_redis_gives_503_within_the_timeout() {
         "{took:?}"
     );
     assert_eq!(
-        sc.metric("crawlguard_verifier_redis_errors_total{op=\"sync\",kind=\"timeout\"}")
+        sc.metric("crawlguard_sidecar_redis_errors_total{op=\"sync\",kind=\"timeout\"}")
             .await,
         1.0
     );
@@ -464,7 +464,7 @@ async fn a_hundred_thousand_keys_expire_and_redis_memory_comes_back_down() {
         "{baseline} -> {filled} -> {after}"
     );
     assert_eq!(
-        sc.metric("crawlguard_verifier_fleet_sync_batch_keys_sum")
+        sc.metric("crawlguard_sidecar_fleet_sync_batch_keys_sum")
             .await,
         100_000.0
     );
@@ -512,17 +512,17 @@ async fn verdicts_are_shared_so_the_second_sidecar_asks_no_dns() {
     assert_eq!(dns_a.log().matches(ptr_query).count(), 1);
     assert_eq!(dns_b.log().matches(ptr_query).count(), 0);
     assert_eq!(
-        b.metric("crawlguard_verifier_dns_queries_total{type=\"ptr\"}")
+        b.metric("crawlguard_sidecar_dns_queries_total{type=\"ptr\"}")
             .await,
         0.0
     );
     assert_eq!(
-        b.metric("crawlguard_verifier_redis_verdict_hits_total")
+        b.metric("crawlguard_sidecar_redis_verdict_hits_total")
             .await,
         1.0
     );
     assert_eq!(
-        a.metric("crawlguard_verifier_redis_verdict_misses_total")
+        a.metric("crawlguard_sidecar_redis_verdict_misses_total")
             .await,
         1.0
     );
@@ -549,7 +549,7 @@ async fn verdicts_are_shared_so_the_second_sidecar_asks_no_dns() {
     assert_eq!(dns_a.log().matches(&fwd).count(), 0);
     assert_eq!(dns_b.log().matches(&fwd).count(), 1);
     assert_eq!(
-        a.metric("crawlguard_verifier_redis_verdict_hits_total")
+        a.metric("crawlguard_sidecar_redis_verdict_hits_total")
             .await,
         1.0
     );
@@ -598,7 +598,7 @@ async fn verification_falls_back_to_dns_when_redis_is_slow_or_gone() {
     let took = timed_verify(&slow, "192.0.2.2").await;
     assert!(took < Duration::from_millis(500), "{took:?}");
     assert_eq!(
-        slow.metric("crawlguard_verifier_redis_errors_total{op=\"verdict_get\",kind=\"timeout\"}")
+        slow.metric("crawlguard_sidecar_redis_errors_total{op=\"verdict_get\",kind=\"timeout\"}")
             .await,
         1.0
     );
@@ -612,7 +612,7 @@ async fn verification_falls_back_to_dns_when_redis_is_slow_or_gone() {
     assert_eq!(
         metric_sum(
             &gone,
-            "crawlguard_verifier_redis_errors_total{op=\"verdict_get\""
+            "crawlguard_sidecar_redis_errors_total{op=\"verdict_get\""
         )
         .await,
         1.0
@@ -620,13 +620,13 @@ async fn verification_falls_back_to_dns_when_redis_is_slow_or_gone() {
     for sc in [&slow, &gone] {
         assert_eq!(
             sc.metric(
-                "crawlguard_verifier_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"verified\"}"
+                "crawlguard_sidecar_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"verified\"}"
             )
             .await,
             2.0
         );
         assert_eq!(
-            sc.metric("crawlguard_verifier_redis_verdict_hits_total")
+            sc.metric("crawlguard_sidecar_redis_verdict_hits_total")
                 .await,
             0.0
         );
@@ -648,7 +648,7 @@ async fn bad_sync_requests_get_a_json_error_and_write_nothing() {
         )
     );
     assert_eq!(
-        off.metric("crawlguard_verifier_fleet_sync_batches_total{result=\"off\"}")
+        off.metric("crawlguard_sidecar_fleet_sync_batches_total{result=\"off\"}")
             .await,
         1.0
     );
@@ -745,7 +745,7 @@ async fn bad_sync_requests_get_a_json_error_and_write_nothing() {
     assert_eq!(sc.get("/v1/fleet/sync").await.0, 405);
     assert_eq!(redis.dbsize(), 0, "an invalid request wrote to Redis");
     assert_eq!(
-        sc.metric("crawlguard_verifier_fleet_sync_batches_total{result=\"invalid\"}")
+        sc.metric("crawlguard_sidecar_fleet_sync_batches_total{result=\"invalid\"}")
             .await,
         cases.len() as f64
     );
@@ -797,7 +797,7 @@ async fn rediss_with_a_password_in_the_url_and_the_password_never_logged() {
     );
     assert_eq!(
         untrusted
-            .metric("crawlguard_verifier_redis_errors_total{op=\"sync\",kind=\"connection\"}")
+            .metric("crawlguard_sidecar_redis_errors_total{op=\"sync\",kind=\"connection\"}")
             .await,
         1.0
     );

@@ -1,4 +1,4 @@
-//! Verified bots end to end: Envoy with the crawlguard filter, the real `crawlguard-verifier`
+//! Verified bots end to end: Envoy with the crawlguard filter, the real `crawlguard-sidecar`
 //! sidecar behind cluster `crawlguard_verifier`, and a local dnsmasq serving the PTR and
 //! A/AAAA records of each scenario (harness: `crawlguard_integration::stack`). One test per
 //! promise, exact values.

@@ -1,7 +1,7 @@
 //! Verified crawlers keep their class under the conditions a hostile review tried: many
 //! connections at once while the verdict is being fetched, a dead sidecar with a flood of
 //! fake claims, copied User-Agents of crawlers nobody can verify, and address churn inside
-//! one IPv6 /64. Envoy, the real `crawlguard-verifier` sidecar and dnsmasq run as real
+//! one IPv6 /64. Envoy, the real `crawlguard-sidecar` sidecar and dnsmasq run as real
 //! processes (harness: `crawlguard_integration::Stack`).
 //!
 //! As in `verify.rs`, clients send the claimed address in `x-forwarded-for` (documentation

@@ -136,7 +136,7 @@ impl Default for VerifierConfig {
         VerifierConfig {
             enabled: true,
             cluster: "crawlguard_verifier".into(),
-            authority: "crawlguard-verifier".into(),
+            authority: "crawlguard-sidecar".into(),
             timeout_ms: 500,
             on_error: OnError::UnverifiedBot,
             cache_slots: 8_192,
@@ -156,7 +156,7 @@ impl Default for FleetConfig {
         FleetConfig {
             enabled: false,
             cluster: "crawlguard_verifier".into(),
-            authority: "crawlguard-verifier".into(),
+            authority: "crawlguard-sidecar".into(),
             sync_interval_ms: 500,
             timeout_ms: 200,
             max_keys_per_sync: 1_000,

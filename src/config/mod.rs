@@ -240,7 +240,7 @@ pub enum OnError {
     ClaimedClass,
 }
 
-/// `verifier` section: the callout to the crawlguard-verifier sidecar.
+/// `verifier` section: the callout to the crawlguard-sidecar sidecar.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct VerifierConfig {

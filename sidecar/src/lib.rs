@@ -1,4 +1,4 @@
-//! crawlguard-verifier: tells the crawlguard filter whether a request that claims to be a
+//! crawlguard-sidecar: tells the crawlguard filter whether a request that claims to be a
 //! known bot really comes from that bot's operator.
 //!
 //! Methods per bot id (see [`catalog`] and [`config`]): published IP ranges ([`ranges`],

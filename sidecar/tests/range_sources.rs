@@ -17,8 +17,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-use crawlguard_verifier::fetch::{CacheOutcome, FetchError, FetchOutcome, FetchSettings, Fetcher};
-use crawlguard_verifier::ranges::{RangeError, RangeSource, RangeStore};
+use crawlguard_sidecar::fetch::{CacheOutcome, FetchError, FetchOutcome, FetchSettings, Fetcher};
+use crawlguard_sidecar::ranges::{RangeError, RangeSource, RangeStore};
 
 const DOC_V1: &str = r#"{"creationTime":"2026-08-20T00:00:00","prefixes":[{"ipv4Prefix":"127.0.90.0/24"},{"ipv6Prefix":"2001:db8:90::/48"}]}"#;
 const DOC_V2: &str =

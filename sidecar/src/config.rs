@@ -242,7 +242,7 @@ impl Default for RangesConfig {
             max_age_s: 259_200,
             fetch_timeout_ms: 10_000,
             max_body_bytes: 4 * 1024 * 1024,
-            cache_dir: PathBuf::from("/var/cache/crawlguard-verifier"),
+            cache_dir: PathBuf::from("/var/cache/crawlguard-sidecar"),
             builtin_urls: true,
         }
     }
@@ -453,7 +453,7 @@ impl Config {
             .collect();
         let body = toml::to_string_pretty(&config).unwrap_or_else(|e| format!("# error: {e}\n"));
         Ok(format!(
-            "# crawlguard-verifier default configuration (built-in catalog spelled out).\n\
+            "# crawlguard-sidecar default configuration (built-in catalog spelled out).\n\
              # bots_mode = \"replace\" here because every bot is listed; see README.md.\n{body}"
         ))
     }
@@ -657,7 +657,7 @@ mod tests {
         );
         assert_eq!(
             d.cache_dir(),
-            Some(Path::new("/var/cache/crawlguard-verifier"))
+            Some(Path::new("/var/cache/crawlguard-sidecar"))
         );
         let none = Config::from_toml("[ranges]\ncache_dir = ''\n").unwrap();
         assert_eq!(none.ranges.cache_dir(), None);
@@ -709,7 +709,7 @@ mod tests {
 
     #[test]
     fn example_file_is_valid() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("verifier.example.toml");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("sidecar.example.toml");
         let c = Config::load(&path).unwrap();
         c.validate().unwrap();
         let catalog = c.catalog().unwrap();

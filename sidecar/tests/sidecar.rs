@@ -1,6 +1,6 @@
 //! Real-process tests: a local dnsmasq on a free loopback port serves PTR and A/AAAA records
 //! for documentation addresses (192.0.2.0/24, 198.51.100.0/24, 2001:db8::/32); the
-//! `crawlguard-verifier` binary is started against it and queried over HTTP. Nothing ever
+//! `crawlguard-sidecar` binary is started against it and queried over HTTP. Nothing ever
 //! connects to those addresses: they are only names in DNS answers.
 //!
 //! Why not 127.x: hickory-resolver follows RFC 6761 and answers reverse lookups in
@@ -196,7 +196,7 @@ struct Sidecar {
 /// and the range cache is `dir/cache`, unless `args` say otherwise.
 async fn start_sidecar(dir: &Path, args: &[String]) -> Sidecar {
     let log = dir.join("verifier.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_crawlguard-verifier"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_crawlguard-sidecar"))
         .args(["--listen", "127.0.0.1:0", "--log-level", "debug"])
         .arg("--no-builtin-range-urls")
         .arg("--cache-dir")
@@ -206,11 +206,11 @@ async fn start_sidecar(dir: &Path, args: &[String]) -> Sidecar {
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
-        .expect("spawn crawlguard-verifier");
+        .expect("spawn crawlguard-sidecar");
     let stdout = child.stdout.take().unwrap();
     let guard = ChildGuard {
         child,
-        name: "crawlguard-verifier",
+        name: "crawlguard-sidecar",
         log: Some(log),
     };
     let (tx, rx) = mpsc::channel();
@@ -396,19 +396,19 @@ async fn fcrdns_verdicts_against_dnsmasq() {
     );
 
     assert_eq!(
-        sc.metric("crawlguard_verifier_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"verified\"}").await,
+        sc.metric("crawlguard_sidecar_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"verified\"}").await,
         3.0
     );
     assert_eq!(
-        sc.metric("crawlguard_verifier_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"spoofed\"}").await,
+        sc.metric("crawlguard_sidecar_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"spoofed\"}").await,
         3.0
     );
     assert_eq!(
-        sc.metric("crawlguard_verifier_verdicts_total{bot=\"unlisted\",method=\"none\",verdict=\"unknown\"}").await,
+        sc.metric("crawlguard_sidecar_verdicts_total{bot=\"unlisted\",method=\"none\",verdict=\"unknown\"}").await,
         1.0
     );
     assert_eq!(
-        sc.metric("crawlguard_verifier_dns_errors_total{type=\"ptr\",kind=\"nxdomain\"}")
+        sc.metric("crawlguard_sidecar_dns_errors_total{type=\"ptr\",kind=\"nxdomain\"}")
             .await,
         1.0
     );
@@ -432,28 +432,25 @@ async fn fifty_concurrent_requests_make_one_resolution() {
         assert_eq!(v["host"], "crawl-66-249-66-10.googlebot.com");
     }
     assert_eq!(
-        sc.metric("crawlguard_verifier_dns_queries_total{type=\"ptr\"}")
+        sc.metric("crawlguard_sidecar_dns_queries_total{type=\"ptr\"}")
             .await,
         1.0
     );
     assert_eq!(
-        sc.metric("crawlguard_verifier_dns_queries_total{type=\"a\"}")
+        sc.metric("crawlguard_sidecar_dns_queries_total{type=\"a\"}")
             .await,
         1.0
     );
     assert_eq!(
-        sc.metric("crawlguard_verifier_cache_misses_total").await,
+        sc.metric("crawlguard_sidecar_cache_misses_total").await,
         1.0
     );
+    assert_eq!(sc.metric("crawlguard_sidecar_cache_hits_total").await, 49.0);
     assert_eq!(
-        sc.metric("crawlguard_verifier_cache_hits_total").await,
-        49.0
-    );
-    assert_eq!(
-        sc.metric("crawlguard_verifier_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"verified\"}").await,
+        sc.metric("crawlguard_sidecar_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"verified\"}").await,
         50.0
     );
-    assert_eq!(sc.metric("crawlguard_verifier_in_flight").await, 0.0);
+    assert_eq!(sc.metric("crawlguard_sidecar_in_flight").await, 0.0);
 }
 
 #[tokio::test]
@@ -485,7 +482,7 @@ async fn dns_timeout_gives_unknown_within_the_timeout() {
     assert!(elapsed >= Duration::from_millis(250), "{elapsed:?}");
     assert!(elapsed < Duration::from_millis(1500), "{elapsed:?}");
     assert_eq!(
-        sc.metric("crawlguard_verifier_dns_errors_total{type=\"ptr\",kind=\"timeout\"}")
+        sc.metric("crawlguard_sidecar_dns_errors_total{type=\"ptr\",kind=\"timeout\"}")
             .await,
         1.0
     );
@@ -561,7 +558,7 @@ async fn range_files_verify_and_reload() {
     // The real OpenAI file (single-line formatting) is loaded and used.
     assert_eq!(
         sc.metric(&format!(
-            "crawlguard_verifier_range_prefixes{{source={chatgpt_label:?}}}"
+            "crawlguard_sidecar_range_prefixes{{source={chatgpt_label:?}}}"
         ))
         .await,
         103.0
@@ -583,9 +580,8 @@ async fn range_files_verify_and_reload() {
         &ranges,
         r#"{"creationTime": "2025-02-01", "prefixes": [{"ipv4Prefix": "127.0.88.0/24"},"#,
     );
-    let err_series = format!(
-        "crawlguard_verifier_range_reloads_total{{source={file_label:?},result=\"error\"}}"
-    );
+    let err_series =
+        format!("crawlguard_sidecar_range_reloads_total{{source={file_label:?},result=\"error\"}}");
     let deadline = Instant::now() + Duration::from_secs(10);
     while sc.metric(&err_series).await < 1.0 {
         assert!(Instant::now() < deadline, "malformed file never reported");
@@ -597,14 +593,14 @@ async fn range_files_verify_and_reload() {
     );
     assert_eq!(
         sc.metric(&format!(
-            "crawlguard_verifier_range_prefixes{{source={file_label:?}}}"
+            "crawlguard_sidecar_range_prefixes{{source={file_label:?}}}"
         ))
         .await,
         2.0
     );
     assert_eq!(
         sc.metric(&format!(
-            "crawlguard_verifier_range_source_failures{{source={file_label:?}}}"
+            "crawlguard_sidecar_range_source_failures{{source={file_label:?}}}"
         ))
         .await,
         1.0
@@ -613,7 +609,7 @@ async fn range_files_verify_and_reload() {
     // A new valid file is picked up; cached verdicts from the old ranges are dropped.
     replace_file(&ranges, r#"{"prefixes":[{"ipv4Prefix":"127.0.88.0/24"}]}"#);
     let ok_series =
-        format!("crawlguard_verifier_range_reloads_total{{source={file_label:?},result=\"ok\"}}");
+        format!("crawlguard_sidecar_range_reloads_total{{source={file_label:?},result=\"ok\"}}");
     let deadline = Instant::now() + Duration::from_secs(10);
     while sc.metric(&ok_series).await < 2.0 {
         assert!(Instant::now() < deadline, "new range file never loaded");
@@ -691,20 +687,20 @@ async fn metrics_expose_the_expected_series() {
     assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
     let text = r.text().await.unwrap();
     for series in [
-        "# TYPE crawlguard_verifier_verdicts counter",
-        "crawlguard_verifier_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"verified\"} 2",
-        "crawlguard_verifier_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"spoofed\"} 1",
-        "crawlguard_verifier_cache_hits_total 1",
-        "crawlguard_verifier_cache_misses_total 2",
-        "crawlguard_verifier_cache_entries ",
-        "crawlguard_verifier_dns_queries_total{type=\"ptr\"} 2",
-        "crawlguard_verifier_dns_queries_total{type=\"a\"} 1",
-        "crawlguard_verifier_dns_errors_total{type=\"ptr\",kind=\"nxdomain\"} 1",
-        "crawlguard_verifier_in_flight 0",
-        "crawlguard_verifier_lookups_rejected_total 0",
-        "# TYPE crawlguard_verifier_verify_duration_seconds histogram",
-        "crawlguard_verifier_verify_duration_seconds_count 2",
-        "crawlguard_verifier_verify_duration_seconds_bucket{le=\"+Inf\"} 2",
+        "# TYPE crawlguard_sidecar_verdicts counter",
+        "crawlguard_sidecar_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"verified\"} 2",
+        "crawlguard_sidecar_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"spoofed\"} 1",
+        "crawlguard_sidecar_cache_hits_total 1",
+        "crawlguard_sidecar_cache_misses_total 2",
+        "crawlguard_sidecar_cache_entries ",
+        "crawlguard_sidecar_dns_queries_total{type=\"ptr\"} 2",
+        "crawlguard_sidecar_dns_queries_total{type=\"a\"} 1",
+        "crawlguard_sidecar_dns_errors_total{type=\"ptr\",kind=\"nxdomain\"} 1",
+        "crawlguard_sidecar_in_flight 0",
+        "crawlguard_sidecar_lookups_rejected_total 0",
+        "# TYPE crawlguard_sidecar_verify_duration_seconds histogram",
+        "crawlguard_sidecar_verify_duration_seconds_count 2",
+        "crawlguard_sidecar_verify_duration_seconds_bucket{le=\"+Inf\"} 2",
         "# EOF",
     ] {
         assert!(text.contains(series), "missing {series:?} in\n{text}");
@@ -713,7 +709,7 @@ async fn metrics_expose_the_expected_series() {
 
 #[test]
 fn help_documents_every_flag() {
-    let out = Command::new(env!("CARGO_BIN_EXE_crawlguard-verifier"))
+    let out = Command::new(env!("CARGO_BIN_EXE_crawlguard-sidecar"))
         .arg("--help")
         .output()
         .unwrap();
@@ -750,14 +746,14 @@ fn help_documents_every_flag() {
 #[test]
 fn print_default_config_is_a_valid_config() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_crawlguard-verifier"))
+    let out = Command::new(env!("CARGO_BIN_EXE_crawlguard-sidecar"))
         .arg("--print-default-config")
         .output()
         .unwrap();
     assert!(out.status.success());
     let path = dir.path().join("default.toml");
     std::fs::write(&path, &out.stdout).unwrap();
-    let check = Command::new(env!("CARGO_BIN_EXE_crawlguard-verifier"))
+    let check = Command::new(env!("CARGO_BIN_EXE_crawlguard-sidecar"))
         .args(["--check-config", "--config"])
         .arg(&path)
         .output()
@@ -779,7 +775,7 @@ fn invalid_config_fails_at_startup_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
     std::fs::write(&path, "[dns]\ntimeout_ms = 0\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_crawlguard-verifier"))
+    let out = Command::new(env!("CARGO_BIN_EXE_crawlguard-sidecar"))
         .args(["--check-config", "--config"])
         .arg(&path)
         .output()
@@ -790,7 +786,7 @@ fn invalid_config_fails_at_startup_naming_the_field() {
 }
 
 /// The Redis URL the Istio example hands every verifier pod (`envoy/istio/redis-example.yaml`,
-/// Secret key `url`, read as `CRAWLGUARD_VERIFIER_REDIS` by `envoy/istio/verifier.yaml`) is
+/// Secret key `url`, read as `CRAWLGUARD_SIDECAR_REDIS` by `envoy/istio/sidecar.yaml`) is
 /// one the verifier accepts from that variable.
 #[test]
 fn the_istio_examples_redis_url_is_accepted_from_the_environment() {
@@ -806,9 +802,9 @@ fn the_istio_examples_redis_url_is_accepted_from_the_environment() {
         .trim_matches('"');
     assert!(url.starts_with("redis://"), "{url}");
     let check = |url: &str| {
-        Command::new(env!("CARGO_BIN_EXE_crawlguard-verifier"))
+        Command::new(env!("CARGO_BIN_EXE_crawlguard-sidecar"))
             .arg("--check-config")
-            .env("CRAWLGUARD_VERIFIER_REDIS", url)
+            .env("CRAWLGUARD_SIDECAR_REDIS", url)
             .output()
             .unwrap()
     };
@@ -901,9 +897,9 @@ impl Drop for DocServer {
     }
 }
 
-/// `crawlguard_verifier_<name>{source="<source>"<extra>}`.
+/// `crawlguard_sidecar_<name>{source="<source>"<extra>}`.
 fn series(name: &str, source: &str, extra: &str) -> String {
-    format!("crawlguard_verifier_{name}{{source={source:?}{extra}}}")
+    format!("crawlguard_sidecar_{name}{{source={source:?}{extra}}}")
 }
 
 fn fetches(source: &str, result: &str) -> String {

@@ -564,7 +564,7 @@ pub(crate) mod tests {
             expect(&a, Verdict::Unknown, Method::Fcrdns, "", 30);
             let text = v.metrics().encode();
             let series = format!(
-                "crawlguard_verifier_dns_errors_total{{type=\"ptr\",kind=\"{}\"}} 1",
+                "crawlguard_sidecar_dns_errors_total{{type=\"ptr\",kind=\"{}\"}} 1",
                 kind.as_str()
             );
             assert!(text.contains(&series), "{series} not in\n{text}");
@@ -806,7 +806,7 @@ pub(crate) mod tests {
         let a = v.verify(IP.parse().unwrap(), "madeupbot").await;
         expect(&a, Verdict::Unknown, Method::None, "", 30);
         assert!(v.metrics().encode().contains(
-            "crawlguard_verifier_verdicts_total{bot=\"unlisted\",method=\"none\",verdict=\"unknown\"} 1"
+            "crawlguard_sidecar_verdicts_total{bot=\"unlisted\",method=\"none\",verdict=\"unknown\"} 1"
         ));
         assert_eq!(v.resolver.reverse_calls.load(Ordering::SeqCst), 0);
     }
@@ -827,11 +827,11 @@ pub(crate) mod tests {
         assert_eq!(v.resolver.reverse_calls.load(Ordering::SeqCst), 2);
         let text = v.metrics().encode();
         assert!(
-            text.contains("crawlguard_verifier_cache_hits_total 1"),
+            text.contains("crawlguard_sidecar_cache_hits_total 1"),
             "{text}"
         );
         assert!(
-            text.contains("crawlguard_verifier_cache_misses_total 2"),
+            text.contains("crawlguard_sidecar_cache_misses_total 2"),
             "{text}"
         );
         v.invalidate_cache();
@@ -883,7 +883,7 @@ pub(crate) mod tests {
         assert!(v
             .metrics()
             .encode()
-            .contains("crawlguard_verifier_lookups_rejected_total 1"));
+            .contains("crawlguard_sidecar_lookups_rejected_total 1"));
         slow.await.unwrap();
     }
 }

@@ -1,4 +1,4 @@
-//! `crawlguard-verifier`: the HTTP sidecar that verifies bot claims for the crawlguard filter.
+//! `crawlguard-sidecar`: the HTTP sidecar that verifies bot claims for the crawlguard filter.
 //!
 //! Prints `listening on <addr>` on stdout once the socket is bound (logs go to stderr), so
 //! scripts and tests can start it on port 0 and read the real port.
@@ -13,14 +13,14 @@ use anyhow::Context;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use crawlguard_verifier::config::Config;
-use crawlguard_verifier::fetch::{next_delay, CacheOutcome, FetchOutcome, FetchSettings, Fetcher};
-use crawlguard_verifier::fleet::Fleet;
-use crawlguard_verifier::metrics::{Metrics, SourceLabels};
-use crawlguard_verifier::ranges::{RangeSource, RangeStore, RefreshOutcome};
-use crawlguard_verifier::redis_store::RedisStore;
-use crawlguard_verifier::resolver::{DnsSettings, HickoryResolver};
-use crawlguard_verifier::verify::{Verifier, VerifierSettings};
+use crawlguard_sidecar::config::Config;
+use crawlguard_sidecar::fetch::{next_delay, CacheOutcome, FetchOutcome, FetchSettings, Fetcher};
+use crawlguard_sidecar::fleet::Fleet;
+use crawlguard_sidecar::metrics::{Metrics, SourceLabels};
+use crawlguard_sidecar::ranges::{RangeSource, RangeStore, RefreshOutcome};
+use crawlguard_sidecar::redis_store::RedisStore;
+use crawlguard_sidecar::resolver::{DnsSettings, HickoryResolver};
+use crawlguard_sidecar::verify::{Verifier, VerifierSettings};
 
 /// Verifies that a request claiming to be a known bot (Googlebot, Bingbot, GPTBot, ...)
 /// comes from that bot's operator, by forward-confirmed reverse DNS and by the operator's
@@ -32,7 +32,7 @@ use crawlguard_verifier::verify::{Verifier, VerifierSettings};
 /// Settings come from built-in defaults, then the config file, then these flags (a flag
 /// wins over the file).
 #[derive(Debug, Parser)]
-#[command(name = "crawlguard-verifier", version)]
+#[command(name = "crawlguard-sidecar", version)]
 struct Cli {
     /// Address to listen on (ip:port). Port 0 picks a free port; the bound address is
     /// printed on stdout as `listening on IP:PORT`. [default: 127.0.0.1:9090]
@@ -46,7 +46,7 @@ struct Cli {
         long,
         short = 'c',
         value_name = "FILE",
-        env = "CRAWLGUARD_VERIFIER_CONFIG"
+        env = "CRAWLGUARD_SIDECAR_CONFIG"
     )]
     config: Option<PathBuf>,
 
@@ -87,7 +87,7 @@ struct Cli {
     range_max_age_s: Option<u64>,
 
     /// Directory for the last good copy of every range URL, used at start before the first
-    /// fetch; an empty value keeps no copy. [default: /var/cache/crawlguard-verifier]
+    /// fetch; an empty value keeps no copy. [default: /var/cache/crawlguard-sidecar]
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
 
@@ -115,7 +115,7 @@ struct Cli {
     #[arg(
         long,
         value_name = "URL",
-        env = "CRAWLGUARD_VERIFIER_REDIS",
+        env = "CRAWLGUARD_SIDECAR_REDIS",
         hide_env_values = true
     )]
     redis: Option<String>,
@@ -129,7 +129,7 @@ struct Cli {
     #[arg(long, value_name = "PREFIX")]
     redis_prefix: Option<String>,
 
-    /// Log filter (tracing EnvFilter syntax, e.g. `info` or `crawlguard_verifier=debug`).
+    /// Log filter (tracing EnvFilter syntax, e.g. `info` or `crawlguard_sidecar=debug`).
     /// Falls back to RUST_LOG, then `info`. Logs go to stderr.
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
@@ -321,7 +321,23 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
+/// Environment variables read under the sidecar's former name (`crawlguard-verifier`, before
+/// it also became the fleet's Redis client): each is used when its new name is unset.
+const RENAMED_ENV: [(&str, &str); 2] = [
+    ("CRAWLGUARD_VERIFIER_CONFIG", "CRAWLGUARD_SIDECAR_CONFIG"),
+    ("CRAWLGUARD_VERIFIER_REDIS", "CRAWLGUARD_SIDECAR_REDIS"),
+];
+
 fn main() -> anyhow::Result<()> {
+    // Before any thread starts (set_var is only sound single-threaded).
+    let mut renamed = Vec::new();
+    for (old, new) in RENAMED_ENV {
+        if let (Some(v), None) = (std::env::var_os(old), std::env::var_os(new)) {
+            // Sound only here: no other thread exists yet (edition 2024 makes this `unsafe`).
+            std::env::set_var(new, v);
+            renamed.push((old, new));
+        }
+    }
     let cli = Cli::parse();
     if cli.print_default_config {
         print!("{}", Config::default_toml()?);
@@ -339,6 +355,9 @@ fn main() -> anyhow::Result<()> {
         // Colour codes only for a terminal; log collectors get plain text.
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    for (old, new) in renamed {
+        tracing::warn!("{old} is read as {new} (its former name); rename it");
+    }
 
     let mut config = match &cli.config {
         Some(path) => Config::load(path)?,
@@ -433,7 +452,7 @@ fn main() -> anyhow::Result<()> {
 
 async fn serve(
     config: Config,
-    catalog: std::collections::BTreeMap<String, crawlguard_verifier::config::BotMethods>,
+    catalog: std::collections::BTreeMap<String, crawlguard_sidecar::config::BotMethods>,
     ranges: Arc<RangeStore>,
     fetcher: Option<Arc<Fetcher>>,
     metrics: Arc<Metrics>,
@@ -524,7 +543,7 @@ async fn serve(
                     FetchOutcome::Failed { .. } => failures.saturating_add(1),
                     _ => 0,
                 };
-                let jitter = crawlguard_verifier::fetch::jitter();
+                let jitter = crawlguard_sidecar::fetch::jitter();
                 tokio::time::sleep(next_delay(interval, retry, failures, jitter)).await;
             }
         });
@@ -549,7 +568,7 @@ async fn serve(
         listen = %bound,
         bots = catalog.len(),
         nameservers = ?config.dns.nameservers,
-        "crawlguard-verifier ready"
+        "crawlguard-sidecar ready"
     );
     {
         let mut out = std::io::stdout().lock();
@@ -559,7 +578,7 @@ async fn serve(
     let fleet = Fleet::new(store, metrics);
     axum::serve(
         listener,
-        crawlguard_verifier::http::router_with_fleet(verifier, fleet),
+        crawlguard_sidecar::http::router_with_fleet(verifier, fleet),
     )
     .with_graceful_shutdown(shutdown_signal())
     .await

@@ -1,5 +1,5 @@
 //! Prometheus metrics (OpenMetrics text via `prometheus-client`), all prefixed
-//! `crawlguard_verifier_`.
+//! `crawlguard_sidecar_`.
 //!
 //! Label values are bounded: `bot` is a catalog id or `unlisted` (query strings are
 //! attacker-controlled and must not mint new series), `method`/`verdict`/`kind`/`type`/`result`

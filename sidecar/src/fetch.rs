@@ -168,7 +168,7 @@ impl Fetcher {
             .connect_timeout(settings.timeout)
             .redirect(policy)
             .user_agent(concat!(
-                "crawlguard-verifier/",
+                "crawlguard-sidecar/",
                 env!("CARGO_PKG_VERSION"),
                 " (published IP ranges refresh)"
             ))

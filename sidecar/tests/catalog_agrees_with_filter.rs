@@ -3,8 +3,8 @@
 //! filter sends to the verifier (`verify: true`) is a built-in bot of the sidecar, in the same
 //! order, and the sidecar knows no bot the filter never asks about.
 
-use crawlguard_verifier::catalog::builtin_bots;
-use crawlguard_verifier::config::Config;
+use crawlguard_sidecar::catalog::builtin_bots;
+use crawlguard_sidecar::config::Config;
 
 fn filter_ids() -> Vec<String> {
     crawlguard::catalog::builtin_catalog()
@@ -40,7 +40,7 @@ fn the_default_sidecar_configuration_has_methods_for_every_id_the_filter_sends()
     assert!(catalog["gptbot"].domains.is_empty());
     assert_eq!(
         catalog["gptbot"].ranges,
-        [crawlguard_verifier::ranges::RangeSource::Url(
+        [crawlguard_sidecar::ranges::RangeSource::Url(
             "https://openai.com/gptbot.json".into()
         )]
     );
