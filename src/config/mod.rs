@@ -444,6 +444,13 @@ impl Config {
 ///
 /// Errors: the first problem found, as `path: reason`.
 pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
+    if bytes.starts_with(b"\xEF\xBB\xBF") {
+        // Some editors write one; JSON (RFC 8259 section 8.1) does not allow it.
+        return Err(err(
+            "<root>",
+            "starts with a UTF-8 byte-order mark (EF BB BF); save the file without it",
+        ));
+    }
     let text = if bytes.iter().all(u8::is_ascii_whitespace) {
         DEFAULT_CONFIG_JSON.as_bytes()
     } else {
@@ -453,7 +460,7 @@ pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
         return Err(err("<root>", "must be a JSON object"));
     }
     let de = &mut serde_json::Deserializer::from_slice(text);
-    let raw: raw::RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+    let raw: raw::RawConfig = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
         let path = e.path().to_string();
         // serde_path_to_error prints the root as "." or "?" (syntax errors), and an empty
         // key as nothing; name both so the log line always points somewhere.
@@ -465,6 +472,14 @@ pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
             path
         };
         err(path, e.into_inner().to_string())
+    })?;
+    // One document: anything after it (a second pasted object, stray text) would otherwise
+    // be ignored unchecked, e.g. `{"mode":"shadow"}{"mode":"enforce",...}` loading as shadow.
+    de.end().map_err(|e| {
+        err(
+            "<root>",
+            format!("trailing characters after the configuration object ({e})"),
+        )
     })?;
     compile::compile(raw)
 }

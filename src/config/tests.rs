@@ -311,7 +311,22 @@ fn unknown_and_mistyped_fields_are_errors_with_their_path() {
         ),
         ("{not json".into(), Starts("<root>: key must be a string")),
         ("[]".into(), Is("<root>: must be a JSON object")),
-        ("\u{feff}{}".into(), Is("<root>: must be a JSON object")),
+        (
+            "\u{feff}{}".into(),
+            Is("<root>: starts with a UTF-8 byte-order mark (EF BB BF); save the file without it"),
+        ),
+        (
+            r#"{"mode":"shadow"}{"mode":"enforce"}"#.into(),
+            Starts("<root>: trailing characters after the configuration object (trailing characters at line 1 column 18)"),
+        ),
+        (
+            "{\"mode\":\"shadow\"} ]]]] not json".into(),
+            Starts("<root>: trailing characters after the configuration object"),
+        ),
+        (
+            "{}\0".into(),
+            Starts("<root>: trailing characters after the configuration object"),
+        ),
     ];
     check_errors(&cases);
 }
