@@ -19,9 +19,12 @@
 //! - A failed sync (no answer within `fleet.timeout_ms`, a refused dispatch, a non-200, a
 //!   malformed answer) leaves the worker *degraded*: it keeps deciding with its local
 //!   buckets, at its share of each limit (rate and burst divided by the last known replica
-//!   count, `degraded_share: split`) or at the whole limit (`full`), keeps the unsent
-//!   consumption (at most a burst per key: older use has refilled anyway) and sends it
-//!   with the next sync, which it tries every interval. Nothing waits on a sync.
+//!   count, `degraded_share: split`) or at the whole limit (`full`), and tries again every
+//!   interval. Nothing waits on a sync. A batch is sent at most once: one that left but got
+//!   no good answer may still have reached Redis (a stalled Redis runs queued scripts when
+//!   it resumes), so its use is given up rather than counted twice; only a batch that never
+//!   left (dispatch refused) is put back, at most a burst per key. The fleet bucket may so
+//!   miss the use of an outage, which each replica limited locally meanwhile.
 //!
 //! Overshoot: a key's fleet-wide admissions over any window of t seconds stay within
 //! `burst + rate x t` plus [`crawlguard_contract::fleet::overshoot_bound`]; the README
@@ -160,7 +163,14 @@ impl Ledger {
         }
     }
 
-    /// Keys not recorded because the ledger was full, since the last call.
+    /// Counts `n` keys whose use is given up (sent in a sync that failed after it left).
+    pub fn count_dropped(&mut self, n: usize) {
+        let n = u64::try_from(n).unwrap_or(u64::MAX);
+        self.dropped = self.dropped.saturating_add(n);
+    }
+
+    /// Keys not recorded because the ledger was full, or given up with a failed sync, since
+    /// the last call.
     pub fn take_dropped(&mut self) -> u64 {
         std::mem::take(&mut self.dropped)
     }
@@ -515,22 +525,18 @@ fn synced(
         );
     }
     st.last_warning_ns = None;
+    // A limit is split over at most `max_replicas`: made-up replica ids posted to the
+    // sidecar, or a broken one, cannot shrink every share to nothing.
+    let replicas = a.replicas.min(w.cfg.fleet.max_replicas);
     if let Ok(mut l) = w.limiter.try_borrow_mut() {
-        l.fold_fleet(
-            &w.cfg,
-            host.shared_data(),
-            batch,
-            &a.keys,
-            a.replicas,
-            now_ns,
-        );
+        l.fold_fleet(&w.cfg, host.shared_data(), batch, &a.keys, replicas, now_ns);
     }
     let m = &w.metrics.fleet;
     m.syncs.inspect(|&id| host.increment(id));
     let keys = u64::try_from(batch.len()).unwrap_or(u64::MAX);
     m.keys_synced.inspect(|&id| host.add_to_counter(id, keys));
     m.replicas
-        .inspect(|&id| host.set_gauge(id, u64::from(a.replicas)));
+        .inspect(|&id| host.set_gauge(id, u64::from(replicas)));
     m.degraded.inspect(|&id| host.set_gauge(id, 0));
 }
 
@@ -546,9 +552,18 @@ fn failed(
     let mut replicas = 1;
     if let Ok(mut l) = w.limiter.try_borrow_mut() {
         if let Some(fb) = l.fleet_mut() {
-            fb.ledger.put_back(batch, |i| {
-                cfg.limits.get(i).map_or(0, |l| u64::from(l.burst))
-            });
+            // At most once: a batch that left may have reached Redis although no good answer
+            // came back (a stalled Redis runs the queued scripts when it resumes, after the
+            // sidecar gave up on them). Sending it again would count that use twice or more
+            // and throttle clients that stayed under their limit, so only a batch that never
+            // left is put back; the rest is counted `fleet.keys_dropped`.
+            if matches!(e, SyncError::Dispatch | SyncError::Store) {
+                fb.ledger.put_back(batch, |i| {
+                    cfg.limits.get(i).map_or(0, |l| u64::from(l.burst))
+                });
+            } else {
+                fb.ledger.count_dropped(batch.len());
+            }
             fb.view.degraded = true;
             replicas = fb.view.replicas;
         }

@@ -150,11 +150,12 @@ pub struct FleetMetrics {
     pub sync_error: Id,
     /// Bucket keys sent in answered syncs.
     pub keys_synced: Id,
-    /// Bucket uses not recorded for a sync because the worker's ledger was full.
+    /// Bucket uses not recorded for a sync because the worker's ledger was full, or given up
+    /// with a sync that failed after it left (a sync is sent at most once).
     pub keys_dropped: Id,
     /// Milliseconds this worker spent degraded (deciding alone after a failed sync).
     pub degraded_ms: Id,
-    /// Gauge: live replicas as of the last answer.
+    /// Gauge: live replicas as of the last answer (at most `fleet.max_replicas`).
     pub replicas: Id,
     /// Gauge: 1 while the worker is degraded, else 0.
     pub degraded: Id,

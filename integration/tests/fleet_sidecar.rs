@@ -77,12 +77,13 @@ async fn metric_sum(sc: &Sidecar, prefix: &str) -> f64 {
 }
 
 /// The key's expiry (`PEXPIRETIME`, Redis's clock, unix ms) is its stored TAT (the moment
-/// the bucket is full again) within a millisecond.
+/// the bucket is full again) within 5 ms (the script reads `TIME` before it writes; on a
+/// loaded machine Redis can be preempted in between).
 fn assert_expires_when_full(redis: &Redis, key: &str) {
     let expires_ms = i128::from(redis.cmd(&["PEXPIRETIME", key]).int());
     let full_ms = tat_ns(redis, key) / 1_000_000;
     assert!(
-        (expires_ms - full_ms).abs() <= 1,
+        (expires_ms - full_ms).abs() <= 5,
         "{key} expires at {expires_ms} ms, full again at {full_ms} ms"
     );
 }
@@ -415,6 +416,37 @@ async fn slow_redis_gives_503_within_the_timeout() {
     })
     .await
     .expect("the slow sidecar never recovered");
+}
+
+#[tokio::test]
+async fn a_batch_redis_runs_after_the_sidecar_gave_up_on_it_changes_nothing() {
+    let redis = Redis::start().await;
+    let dns = Blackhole::new();
+    let sc = Sidecar::start(opts(&dns, &redis.url(), 200)).await;
+    let key = format!("{BUCKET}0000000000000d0e");
+    // An answered sync: the sidecar learns Redis's clock (a read: nothing is written).
+    sync_ok(&sc, &batch("r", 1000, &[("d0e", 1.0, 10, 0)])).await;
+    // Redis holds every command for 1.5 s; the sidecar gives up after 200 ms (503), and
+    // the filter never sends that batch again.
+    redis.pause(Duration::from_millis(1500));
+    let (status, _) = sc
+        .fleet_sync(&batch("r", 1000, &[("d0e", 1.0, 10, 6)]))
+        .await;
+    assert_eq!(status, 503);
+    poll_until(Duration::from_secs(10), || async {
+        (sc.fleet_sync(&batch("r", 1000, &[])).await.0 == 200).then_some(())
+    })
+    .await
+    .expect("syncing never resumed after the pause");
+    // Redis ran the queued script when the pause ended, past its deadline: it wrote
+    // nothing (applied late, the 6 tokens would leave 4; a stall's whole use charged at
+    // once is what put verified crawlers under their limit in debt).
+    assert_eq!(redis.get(&key), None);
+    let a = sync_ok(&sc, &batch("r", 1000, &[("d0e", 1.0, 10, 0)])).await;
+    assert_eq!(a.keys, vec![state(10, 0)]);
+    // A batch in time is applied as before.
+    let a = sync_ok(&sc, &batch("r", 1000, &[("d0e", 1.0, 10, 6)])).await;
+    assert_eq!(a.keys[0].available, 4);
 }
 
 #[tokio::test]

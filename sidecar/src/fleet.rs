@@ -65,10 +65,15 @@ pub fn replicas_key(prefix: &str) -> String {
     format!("{prefix}replicas")
 }
 
-/// Turns the script's reply (`{replicas, available_1, full_in_ns_1, ...}`) into the answer
-/// for `keys`, checking its length and clamping every figure into its contract range.
-pub fn decode_reply(reply: &[i64], keys: &[KeyUse]) -> Result<SyncResponse, String> {
-    let expected = 1 + 2 * keys.len();
+/// Turns the script's reply (`{replicas, now_ms, available_1, full_in_ns_1, ...}`) into the
+/// answer for `keys` and Redis's clock (ms since the Unix epoch), checking its length and
+/// clamping every figure into its contract range. `{-1, now_ms}` (past the deadline) is an
+/// error.
+pub fn decode_reply(reply: &[i64], keys: &[KeyUse]) -> Result<(SyncResponse, i64), String> {
+    if let [-1, _] = reply {
+        return Err("the script ran past its deadline and changed nothing".into());
+    }
+    let expected = 2 + 2 * keys.len();
     if reply.len() != expected {
         return Err(format!(
             "script reply has {} integers, expected {expected}",
@@ -76,15 +81,16 @@ pub fn decode_reply(reply: &[i64], keys: &[KeyUse]) -> Result<SyncResponse, Stri
         ));
     }
     let replicas = u32::try_from(reply[0].max(1)).unwrap_or(u32::MAX);
+    let now_ms = reply[1];
     let keys = keys
         .iter()
-        .zip(reply[1..].chunks_exact(2))
+        .zip(reply[2..].chunks_exact(2))
         .map(|(k, pair)| KeyState {
             available: u32::try_from(pair[0].clamp(0, i64::from(k.burst))).unwrap_or(0),
             full_in_ns: u64::try_from(pair[1]).unwrap_or(0),
         })
         .collect();
-    Ok(SyncResponse { keys, replicas })
+    Ok((SyncResponse { keys, replicas }, now_ms))
 }
 
 /// What the sync route needs: the store (absent when fleet mode is off) and the metrics.
@@ -213,49 +219,59 @@ mod tests {
     fn replies_are_checked_and_clamped() {
         let keys = [key(10), key(3)];
         assert_eq!(
-            decode_reply(&[2, 7, 3_000_000_000, 0, 9_000], &keys),
-            Ok(SyncResponse {
-                keys: vec![
-                    KeyState {
-                        available: 7,
-                        full_in_ns: 3_000_000_000
-                    },
-                    KeyState {
-                        available: 0,
-                        full_in_ns: 9_000
-                    },
-                ],
-                replicas: 2,
-            })
+            decode_reply(&[2, 1_700_000_000_000, 7, 3_000_000_000, 0, 9_000], &keys),
+            Ok((
+                SyncResponse {
+                    keys: vec![
+                        KeyState {
+                            available: 7,
+                            full_in_ns: 3_000_000_000
+                        },
+                        KeyState {
+                            available: 0,
+                            full_in_ns: 9_000
+                        },
+                    ],
+                    replicas: 2,
+                },
+                1_700_000_000_000
+            ))
         );
         // Out-of-range figures are clamped into the contract's ranges.
         assert_eq!(
-            decode_reply(&[0, 99, -5, -1, 0], &keys),
-            Ok(SyncResponse {
-                keys: vec![
-                    KeyState {
-                        available: 10,
-                        full_in_ns: 0
-                    },
-                    KeyState {
-                        available: 0,
-                        full_in_ns: 0
-                    },
-                ],
-                replicas: 1,
-            })
+            decode_reply(&[0, 5, 99, -5, -1, 0], &keys),
+            Ok((
+                SyncResponse {
+                    keys: vec![
+                        KeyState {
+                            available: 10,
+                            full_in_ns: 0
+                        },
+                        KeyState {
+                            available: 0,
+                            full_in_ns: 0
+                        },
+                    ],
+                    replicas: 1,
+                },
+                5
+            ))
         );
         assert_eq!(
-            decode_reply(&[1, 7], &keys),
-            Err("script reply has 2 integers, expected 5".into())
+            decode_reply(&[1, 5, 7], &keys),
+            Err("script reply has 3 integers, expected 6".into())
         );
         assert_eq!(
             decode_reply(&[], &[]),
-            Err("script reply has 0 integers, expected 1".into())
+            Err("script reply has 0 integers, expected 2".into())
         );
         assert_eq!(
-            decode_reply(&[i64::MAX], &[]).map(|r| r.replicas),
+            decode_reply(&[i64::MAX, 0], &[]).map(|r| r.0.replicas),
             Ok(u32::MAX)
+        );
+        assert_eq!(
+            decode_reply(&[-1, 5], &keys),
+            Err("the script ran past its deadline and changed nothing".into())
         );
     }
 }

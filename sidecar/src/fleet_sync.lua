@@ -6,10 +6,15 @@
 -- KEYS[1 + i]    bucket i: "<tat seconds>:<tat nanoseconds>", a GCRA theoretical arrival time
 -- ARGV[1]        the replica id
 -- ARGV[2]        its sync interval, ms
--- ARGV[3i .. 3i + 2] (i = 1..n)  bucket i's emission interval ns (round(1e9 / rate_per_s),
+-- ARGV[3]        deadline, Redis time in ms (0: none): past it the sidecar has given up on
+--                this script (a stalled Redis runs queued scripts when it resumes), so it
+--                changes nothing; the filter sends a batch once, so this is what keeps a
+--                stall from charging its use late, all at once
+-- ARGV[3i + 1 .. 3i + 3] (i = 1..n)  bucket i's emission interval ns (round(1e9 / rate_per_s),
 --                1 ..= MAX_AHEAD), burst, tokens used since the last sync
 --
--- Returns {replicas, available_1, full_in_ns_1, ..., available_n, full_in_ns_n}.
+-- Returns {replicas, now_ms, available_1, full_in_ns_1, ..., available_n, full_in_ns_n}, or
+-- {-1, now_ms} past the deadline.
 --
 -- Per bucket: ahead = max(tat - now, 0) + used x emission (no upper bound but MAX_AHEAD: a
 -- bucket may go into debt); available = burst - ceil(ahead / emission), clamped to
@@ -28,6 +33,11 @@ local t = redis.call('TIME')
 local now_s = tonumber(t[1])
 local now_ns = tonumber(t[2]) * 1000
 local now_ms = now_s * 1000 + math.floor(now_ns / 1000000)
+
+local deadline_ms = tonumber(ARGV[3]) or 0
+if deadline_ms > 0 and now_ms > deadline_ms then
+  return {-1, now_ms}
+end
 
 -- Heartbeat: this replica is alive for three of its intervals; expired members go.
 local window = 3 * math.max(tonumber(ARGV[2]) or 0, 1)
@@ -49,9 +59,9 @@ local function div_floor(a, b)
   return q
 end
 
-local out = {replicas}
+local out = {replicas, now_ms}
 for i = 2, #KEYS do
-  local a = 3 * (i - 1)
+  local a = 3 * (i - 1) + 1
   local emission = tonumber(ARGV[a])
   local burst = tonumber(ARGV[a + 1])
   local used = tonumber(ARGV[a + 2])

@@ -16,7 +16,7 @@
 
 use std::future::Future;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -196,6 +196,23 @@ pub struct RedisStore {
     started: Instant,
     /// Verdict traffic skips Redis until this many ms after `started`.
     verdicts_paused_until_ms: AtomicU64,
+    /// Redis's clock minus this host's, ms, as of the last sync reply ([`UNKNOWN_OFFSET`]
+    /// before one).
+    clock_offset_ms: AtomicI64,
+}
+
+/// How much later than its timeout a sync script may still run and apply its batch, ms
+/// (scheduling and clock jitter between this host and Redis).
+pub const DEADLINE_MARGIN_MS: i64 = 250;
+
+/// `clock_offset_ms` before any sync reply.
+const UNKNOWN_OFFSET: i64 = i64::MIN;
+
+/// This host's clock, ms since the Unix epoch.
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl RedisStore {
@@ -228,6 +245,7 @@ impl RedisStore {
             log: ErrorLog::default(),
             started: Instant::now(),
             verdicts_paused_until_ms: AtomicU64::new(0),
+            clock_offset_ms: AtomicI64::new(UNKNOWN_OFFSET),
         })
     }
 
@@ -238,12 +256,28 @@ impl RedisStore {
 
     /// Applies one validated batch atomically (one EVALSHA) and answers the fleet-wide state
     /// of its keys and the live replica count.
+    ///
+    /// The script gets a deadline in Redis's clock (this host's clock plus the offset seen
+    /// in the last reply, plus the timeout and [`DEADLINE_MARGIN_MS`]): a script Redis runs
+    /// later than that (queued while it stalled) changes nothing, since this sidecar has
+    /// answered 503 by then and the filter does not send the batch again. Before any reply
+    /// (no offset known yet) there is no deadline.
     pub async fn sync(&self, req: &SyncRequest) -> Result<SyncResponse, StoreError> {
+        let sent_ms = unix_ms();
+        let deadline_ms = match self.clock_offset_ms.load(Ordering::Relaxed) {
+            UNKNOWN_OFFSET => 0,
+            offset => sent_ms
+                .saturating_add(offset)
+                .saturating_add(i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX))
+                .saturating_add(DEADLINE_MARGIN_MS)
+                .max(1),
+        };
         let mut invocation = self.script.prepare_invoke();
         invocation
             .key(replicas_key(&self.prefix))
             .arg(&req.replica)
-            .arg(req.interval_ms);
+            .arg(req.interval_ms)
+            .arg(deadline_ms);
         for k in &req.keys {
             invocation
                 .key(bucket_key(&self.prefix, &k.key))
@@ -253,11 +287,16 @@ impl RedisStore {
         }
         let mut conn = self.conn.clone();
         let reply: Vec<i64> = self.run("sync", invocation.invoke_async(&mut conn)).await?;
-        decode_reply(&reply, &req.keys).map_err(|e| {
+        let (answer, redis_now_ms) = decode_reply(&reply, &req.keys).map_err(|e| {
             let e = StoreError::Reply(e);
             self.failed("sync", &e);
             e
-        })
+        })?;
+        // Redis's clock minus ours, plus the one-way delay: never less than the true offset,
+        // so the next deadline errs on the late side.
+        self.clock_offset_ms
+            .store(redis_now_ms.saturating_sub(sent_ms), Ordering::Relaxed);
+        Ok(answer)
     }
 
     /// The Redis key of a shared verdict: `<prefix>verdict:<bot>:<ip>`.

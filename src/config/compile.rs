@@ -484,6 +484,9 @@ fn compile_fleet(f: &FleetConfig) -> Result<(), ConfigError> {
             format!("must be 1..={max_keys}"),
         ));
     }
+    if !(1..=10_000).contains(&f.max_replicas) {
+        return Err(err("fleet.max_replicas", "must be 1..=10000"));
+    }
     Ok(())
 }
 

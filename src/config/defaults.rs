@@ -160,6 +160,7 @@ impl Default for FleetConfig {
             sync_interval_ms: 500,
             timeout_ms: 200,
             max_keys_per_sync: 1_000,
+            max_replicas: 64,
             degraded_share: DegradedShare::Split,
         }
     }

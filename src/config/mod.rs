@@ -307,6 +307,10 @@ pub struct FleetConfig {
     pub timeout_ms: u32,
     /// Most bucket keys in one sync (1..=10000); more wait for the next one.
     pub max_keys_per_sync: u32,
+    /// The most replicas a limit is split over (1..=10000): a larger count in a sync answer
+    /// (a broken sidecar, or anyone posting made-up replica ids to it) is taken as this, so
+    /// each replica's share stays at least `burst / max_replicas` tokens.
+    pub max_replicas: u32,
     /// How each replica limits while syncs fail.
     pub degraded_share: DegradedShare,
 }

@@ -198,6 +198,10 @@ fn errors_name_the_field_path() {
             Is("fleet.max_keys_per_sync: must be 1..=10000"),
         ),
         (
+            r#"{"fleet":{"max_replicas":0}}"#.into(),
+            Is("fleet.max_replicas: must be 1..=10000"),
+        ),
+        (
             r#"{"fleet":{"cluster":""}}"#.into(),
             Is("fleet.cluster: must be 1..=128 printable ASCII chars"),
         ),
