@@ -17,11 +17,13 @@ setup:
 setup-rust:
 	@scripts/setup.sh --rust
 
-## build: the filter module, target/wasm32-wasip1/release/crawlguard.wasm, and the
-## crawlguard command, target/release/crawlguard
+## build: the filter module, target/wasm32-wasip1/release/crawlguard.wasm, the crawlguard
+## command, target/release/crawlguard, and the sidecar, target/release/crawlguard-sidecar
+## (one cargo run for both native binaries: their shared dependencies build once)
+NATIVE := -p crawlguard-cli -p crawlguard-sidecar
 build: setup-rust
 	$(CARGO) build --release --target wasm32-wasip1 -p crawlguard
-	$(CARGO) build --release -p crawlguard-cli
+	$(CARGO) build --release $(NATIVE)
 
 ## build-cli: only the crawlguard command (report, replay, check-config, classify)
 build-cli: setup-rust
@@ -33,7 +35,7 @@ install-cli: setup-rust
 
 ## build-sidecar: the sidecar, target/release/crawlguard-sidecar
 build-sidecar: setup-rust
-	$(CARGO) build --release -p crawlguard-sidecar
+	$(CARGO) build --release $(NATIVE)
 
 ## run: the sidecar (127.0.0.1:9090) and Envoy in the foreground on 127.0.0.1:10000
 ## (admin :9901) with envoy/envoy.yaml
@@ -44,9 +46,10 @@ run: setup build build-sidecar
 ## integration/, a bounded fuzz run of every parser (FUZZ_SECONDS per target), then the
 ## docker-compose suite offline under podman (scripts/compose-test.sh, debug binaries)
 FUZZ_SECONDS ?= 10
+# --no-fail-fast: one failing suite does not hide the ones after it.
 test: setup build
-	$(CARGO) test --workspace --exclude crawlguard-integration
-	$(CARGO) test -p crawlguard-integration -- --test-threads=$(TEST_THREADS)
+	$(CARGO) test --workspace --exclude crawlguard-integration --no-fail-fast
+	$(CARGO) test -p crawlguard-integration --no-fail-fast -- --test-threads=$(TEST_THREADS)
 	scripts/fuzz.sh $(FUZZ_SECONDS)
 	CARGO="$(CARGO)" CG_PROFILE=debug scripts/compose-test.sh
 
