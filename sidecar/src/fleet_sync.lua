@@ -8,8 +8,8 @@
 -- ARGV[2]        its sync interval, ms
 -- ARGV[3]        deadline, Redis time in ms (0: none): past it the sidecar has given up on
 --                this script (a stalled Redis runs queued scripts when it resumes), so it
---                changes nothing; the filter sends a batch once, so this is what keeps a
---                stall from charging its use late, all at once
+--                changes no bucket (the heartbeat still counts); the filter sends a batch
+--                once, so this is what keeps a stall from charging its use late, all at once
 -- ARGV[3i + 1 .. 3i + 3] (i = 1..n)  bucket i's emission interval ns (round(1e9 / rate_per_s),
 --                1 ..= MAX_AHEAD), burst, tokens used since the last sync
 --
@@ -34,11 +34,6 @@ local now_s = tonumber(t[1])
 local now_ns = tonumber(t[2]) * 1000
 local now_ms = now_s * 1000 + math.floor(now_ns / 1000000)
 
-local deadline_ms = tonumber(ARGV[3]) or 0
-if deadline_ms > 0 and now_ms > deadline_ms then
-  return {-1, now_ms}
-end
-
 -- Heartbeat: this replica is alive for three of its intervals; expired members go.
 local window = 3 * math.max(tonumber(ARGV[2]) or 0, 1)
 redis.call('ZADD', KEYS[1], string.format('%.0f', now_ms + window), ARGV[1])
@@ -46,6 +41,14 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%.0f', now
 local replicas = redis.call('ZCARD', KEYS[1])
 if redis.call('PTTL', KEYS[1]) < window then
   redis.call('PEXPIRE', KEYS[1], string.format('%.0f', window))
+end
+
+-- Past the deadline only the heartbeat counts (the replica was alive when it sent this):
+-- without it a stall would empty the replica set, and the next answers would give every
+-- replica too large a share of each limit.
+local deadline_ms = tonumber(ARGV[3]) or 0
+if deadline_ms > 0 and now_ms > deadline_ms then
+  return {-1, now_ms}
 end
 
 -- floor(a / b) for integers a >= 0, b >= 1, exact where a / b rounds across an integer.
