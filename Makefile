@@ -21,6 +21,7 @@ setup-rust:
 ## crawlguard command, target/release/crawlguard
 build: setup-rust
 	$(CARGO) build --release --target wasm32-wasip1 -p crawlguard
+	scripts/optimize-wasm.sh $(WASM)
 	$(CARGO) build --release -p crawlguard-cli
 
 ## build-cli: only the crawlguard command (report, replay, check-config, classify)

@@ -66,17 +66,36 @@ def http_get(url, timeout=2.0):
         return r.read().decode()
 
 
+def pinned(cpus, cmd):
+    """`cmd` under `taskset -c cpus` (as is when cpus is None or taskset is missing)."""
+    if cpus is None or not shutil.which("taskset"):
+        return cmd
+    return ["taskset", "-c", cpus] + cmd
+
+
+# Core pinning of the throughput runs (taskset): at Envoy concurrency 1 the measured Envoy
+# gets core 0 alone and wrk + the upstream Envoy share core 1, so the ratio measures Envoy
+# rather than CPU sharing. At concurrency 2 on a 2-core machine full separation is
+# impossible (2 workers + wrk + upstream on 2 cores): nothing is pinned, and the results say
+# so. On machines with more cores the same split keeps Envoy on cores 0..c-1.
+def pinning(conc):
+    n = os.cpu_count() or 1
+    if n <= conc:
+        return None, None
+    return ",".join(str(i) for i in range(conc)), ",".join(str(i) for i in range(conc, n))
+
+
 class Envoy:
     """One Envoy process with a generated config; waits for /ready, stops on exit."""
 
-    def __init__(self, yaml_text, concurrency, tmp, name):
+    def __init__(self, yaml_text, concurrency, tmp, name, cpus=None):
         self.admin = free_port()
         self.path = os.path.join(tmp, f"{name}.yaml")
         with open(self.path, "w") as f:
             f.write(yaml_text.replace("ADMIN_PORT", str(self.admin)))
         self.log = open(os.path.join(tmp, f"{name}.log"), "w")
-        cmd = [ENVOY, "-c", self.path, "--concurrency", str(concurrency),
-               "--use-dynamic-base-id", "-l", "warn"]
+        cmd = pinned(cpus, [ENVOY, "-c", self.path, "--concurrency", str(concurrency),
+                            "--use-dynamic-base-id", "-l", "warn"])
         COMMANDS.append(" ".join(cmd))
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
         deadline = time.time() + 60
@@ -98,6 +117,12 @@ class Envoy:
             if v.isdigit():
                 out[k] = int(v)
         return out
+
+    def cpu_s(self):
+        """User + system CPU seconds used by this Envoy so far (/proc/<pid>/stat)."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def rss_kib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
@@ -274,12 +299,13 @@ CONFIGS = {
 }
 
 
-def wrk(url, ua, duration, connections, threads=2, script=None):
+def wrk(url, ua, duration, connections, threads=2, script=None, cpus=None):
     cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency",
            "-H", f"User-Agent: {ua}"]
     if script:
         cmd += ["-s", script]
     cmd.append(url)
+    cmd = pinned(cpus, cmd)
     COMMANDS.append(" ".join(repr(c) if " " in c else c for c in cmd))
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
@@ -298,28 +324,39 @@ def wrk(url, ua, duration, connections, threads=2, script=None):
             "requests": int(total.group(1)) if total else 0}
 
 
-def throughput(tmp, rounds, duration, concurrencies):
+def throughput(tmp, rounds, duration, concurrencies, configs=None):
+    """Every configuration of `configs` (default CONFIGS) at each Envoy concurrency, `rounds`
+    alternated rounds; per run req/s, latency, Envoy CPU per request and the pinning."""
+    configs = configs or CONFIGS
     origin_port, verifier_port = free_port(), free_port()
-    upstream = Envoy(upstream_yaml(origin_port, verifier_port), 1, tmp, "upstream")
+    _, others = pinning(1)
+    upstream = Envoy(upstream_yaml(origin_port, verifier_port), 1, tmp, "upstream", cpus=others)
     results = {}
     try:
         for conc in concurrencies:
+            envoy_cpus, load_cpus = pinning(conc)
             for r in range(rounds):
-                order = list(CONFIGS) if r % 2 == 0 else list(reversed(CONFIGS))
+                order = list(configs) if r % 2 == 0 else list(reversed(configs))
                 for name in order:
-                    filters, route_extra, ua = CONFIGS[name]
+                    filters, route_extra, ua = configs[name]
                     port = free_port()
                     env = Envoy(front_yaml(port, origin_port, verifier_port, filters, route_extra),
-                                conc, tmp, f"{name}-c{conc}")
+                                conc, tmp, f"{name}-c{conc}", cpus=envoy_cpus)
                     try:
                         url = f"http://127.0.0.1:{port}/"
-                        wrk(url, ua, 1, 8)  # warm-up: JIT, connections, verdict cache
-                        res = wrk(url, ua, duration, 16 * conc)
+                        wrk(url, ua, 1, 8, cpus=load_cpus)  # warm-up: JIT, connections, verdicts
+                        cpu0 = env.cpu_s()
+                        res = wrk(url, ua, duration, 16 * conc, cpus=load_cpus)
+                        cpu = env.cpu_s() - cpu0
+                        res["cpu_us_per_req"] = 1e6 * cpu / max(res["requests"], 1)
+                        res["pinning"] = (f"Envoy on CPU {envoy_cpus}, wrk + upstream on CPU "
+                                          f"{load_cpus}" if envoy_cpus else "none")
                         res["stats"] = {k: v for k, v in env.stats().items()
                                         if "crawlguard" in k or "bench_local_rl" in k}
                         results.setdefault((conc, name), []).append(res)
                         print(f"  c={conc} round {r + 1} {name:12s} {res['rps']:9.0f} req/s "
                               f"p50 {res['p50_ms']:.3f} ms p99 {res['p99_ms']:.3f} ms "
+                              f"cpu {res['cpu_us_per_req']:.1f} us/req "
                               f"non-2xx {res['non2xx']}", flush=True)
                     finally:
                         env.stop()
@@ -801,6 +838,9 @@ def main():
             sys.exit(f"{tool} not found: run `make bench` (it installs it)")
     sh(["cargo", "build", "-q", "--release", "--target", "wasm32-wasip1", "-p", "crawlguard"],
        cwd=ROOT)
+    # cargo puts its unoptimised module back on every build: the bench measures what
+    # `make build` ships (wasm-opt -O3, scripts/optimize-wasm.sh).
+    sh([os.path.join(ROOT, "scripts/optimize-wasm.sh"), CG_WASM], cwd=ROOT)
     sh(["cargo", "build", "-q", "--release", "--target", "wasm32-wasip1", "--manifest-path",
         "bench/ua-only/Cargo.toml", "--target-dir", "target/bench"], cwd=ROOT)
     with tempfile.TemporaryDirectory(prefix="cg-bench-") as tmp:
