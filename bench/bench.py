@@ -90,6 +90,7 @@ class Envoy:
 
     def __init__(self, yaml_text, concurrency, tmp, name, cpus=None):
         self.admin = free_port()
+        self.concurrency = concurrency
         self.path = os.path.join(tmp, f"{name}.yaml")
         with open(self.path, "w") as f:
             f.write(yaml_text.replace("ADMIN_PORT", str(self.admin)))
@@ -111,6 +112,18 @@ class Envoy:
         raise RuntimeError(f"envoy {name} not ready")
 
     def stats(self):
+        """Envoy's counters once every crawlguard VM flushed after the call (crawlguard
+        counts in VM memory and flushes every 250 ms per VM: `crawlguard.stats.flushes` must
+        go up by two per VM, workers and the main thread)."""
+        name = "wasmcustom.crawlguard.stats.flushes"
+        start = self.stats_now().get(name)
+        if start is not None:
+            deadline = time.time() + 10
+            while time.time() < deadline and self.stats_now().get(name, 0) < start + 2 * (self.concurrency + 1):
+                time.sleep(0.05)
+        return self.stats_now()
+
+    def stats_now(self):
         out = {}
         for line in http_get(f"http://127.0.0.1:{self.admin}/stats").splitlines():
             k, _, v = line.partition(": ")
@@ -283,6 +296,8 @@ def limit(name, cls, rate, burst, key="client_ip"):
 
 
 BIG = 1_000_000
+# store.slots when the configuration does not set it (src/config/defaults.rs).
+DEFAULT_SLOTS = 65_536
 CONFIGS = {
     # name: (filters, route_extra, user agent, crawlguard config or None)
     "none": ("", "", UA_CHROME),
@@ -425,18 +440,37 @@ end
 """
 
 
+def idle_rss_kib(tmp, origin_port, verifier_port, slots, name):
+    """RSS of an idle Envoy (concurrency 2) whose filter pre-created `slots` bucket slots."""
+    port = free_port()
+    cfg = json.dumps({"client_ip": {"source": "xff", "xff_trusted_hops": 1},
+                      "store": {"slots": slots}, "limits": [limit("per_ip", "*", 1.0, 5)]})
+    env = Envoy(front_yaml(port, origin_port, verifier_port, wasm_filter(CG_WASM, cfg)),
+                2, tmp, name)
+    try:
+        wrk(f"http://127.0.0.1:{port}/", UA_CHROME, 1, 4)
+        return env.rss_kib()
+    finally:
+        env.stop()
+
+
 def memory(tmp, requests=1_000_000):
-    """Envoy RSS before/after `requests` requests from distinct client addresses."""
+    """Envoy RSS before/after `requests` requests from distinct client addresses, at the
+    default `store.slots`; the share of decisions the per-worker fallback made; and the
+    memory one slot costs (idle RSS at the default slot count minus at 1,024 slots)."""
     origin_port, verifier_port = free_port(), free_port()
     upstream = Envoy(upstream_yaml(origin_port, verifier_port), 1, tmp, "upstream-mem")
     script = os.path.join(tmp, "xff.lua")
     with open(script, "w") as f:
         f.write(XFF_LUA)
-    slots = 16384
     try:
+        # The default slot count, as the filter reports it at load ("N bucket slots").
+        slots = DEFAULT_SLOTS
+        small = 1024
+        idle_small = idle_rss_kib(tmp, origin_port, verifier_port, small, "mem-small")
+        idle_default = idle_rss_kib(tmp, origin_port, verifier_port, slots, "mem-default")
         port = free_port()
         cfg = json.dumps({"client_ip": {"source": "xff", "xff_trusted_hops": 1},
-                          "store": {"slots": slots},
                           "limits": [limit("per_ip", "*", 1.0, 5)]})
         env = Envoy(front_yaml(port, origin_port, verifier_port, wasm_filter(CG_WASM, cfg)),
                     2, tmp, "mem")
@@ -444,20 +478,35 @@ def memory(tmp, requests=1_000_000):
             url = f"http://127.0.0.1:{port}/"
             wrk(url, UA_CHROME, 2, 16, script=script)
             before = env.rss_kib()
+            st0 = env.stats()
             sent = 0
             t0 = time.time()
             while sent < requests:
                 res = wrk(url, UA_CHROME, 10, 32, script=script)
                 sent += res["requests"]
+            seconds = time.time() - t0
             after = env.rss_kib()
             st = env.stats()
-            row = {"requests": sent, "seconds": round(time.time() - t0, 1),
+
+            def delta(k):
+                return st.get(k, 0) - st0.get(k, 0)
+            decided = sum(delta(f"wasmcustom.crawlguard.class.human.{d}")
+                          for d in ("allowed", "limited"))
+            fallback = delta("wasmcustom.crawlguard.class.human.fail_open")
+            per_slot = (idle_default - idle_small) * 1024 / (slots - small)
+            row = {"requests": sent, "seconds": round(seconds, 1),
+                   "rps": round(sent / seconds),
                    "rss_before_kib": before, "rss_after_kib": after,
                    "growth_kib": after - before, "slots": slots,
-                   # Envoy keeps key + value + map node per slot; 25-byte values, ~10-byte
-                   # keys: a generous 256 bytes a slot for buckets (precreated at start).
-                   "bound_kib": slots * 256 // 1024,
-                   "collisions": st.get("wasmcustom.crawlguard.store.collision", 0)}
+                   "idle_small_kib": idle_small, "idle_default_kib": idle_default,
+                   "bytes_per_slot": round(per_slot),
+                   # README's bound: the slots (pre-created at start, so not growth) plus
+                   # what the workers' fallback maps may fill, 2 workers x 10,000 buckets x
+                   # ~100 bytes; growth beyond it would mean memory that follows clients.
+                   "bound_kib": 2 * 10_000 * 100 // 1024 + 1024,
+                   "decided": decided, "fallback": fallback,
+                   "fallback_pct": 100.0 * fallback / max(decided, 1),
+                   "collisions": delta("wasmcustom.crawlguard.store.collision")}
             print(f"  memory: {row}", flush=True)
             return row
         finally:
@@ -778,14 +827,20 @@ def write_results(path, results, exact_rows, mem_row, args, ver=None, cli=None):
             lines.append(f"| {r['concurrency']} | {r['allowed']} | {r['theory']} | "
                          f"{r['limited']} | {r['fail_open']} | {'yes' if r['ok'] else 'NO'} |")
     if mem_row:
-        lines += ["", f"Memory: {mem_row['requests']} requests, each from a new client address "
-                  "(127.x.y.z in x-forwarded-for, client_ip.source = xff), per-IP limit, "
-                  f"store.slots = {mem_row['slots']}, Envoy concurrency 2:", "",
-                  "| RSS before | RSS after | growth | bound from slots | slot collisions |",
-                  "|---|---|---|---|---|",
-                  f"| {mem_row['rss_before_kib']} KiB | {mem_row['rss_after_kib']} KiB | "
-                  f"{mem_row['growth_kib']} KiB | {mem_row['bound_kib']} KiB | "
-                  f"{mem_row['collisions']} |"]
+        m = mem_row
+        lines += ["", f"Memory: {m['requests']} requests in {m['seconds']} s ({m['rps']} req/s), "
+                  "each from a new client address (127.x.y.z in x-forwarded-for, "
+                  "client_ip.source = xff), one per-IP limit (1/s, burst 5: a client's bucket "
+                  f"is full again 1 s after its request), default store.slots = {m['slots']}, "
+                  "Envoy concurrency 2:", "",
+                  "| RSS before | RSS after | growth | bound | decisions | by the per-worker fallback | slot collisions |",
+                  "|---|---|---|---|---|---|---|",
+                  f"| {m['rss_before_kib']} KiB | {m['rss_after_kib']} KiB | "
+                  f"{m['growth_kib']} KiB | {m['bound_kib']} KiB | {m['decided']} | "
+                  f"{m['fallback']} ({m['fallback_pct']:.2f}%) | {m['collisions']} |", "",
+                  f"Memory per slot: idle RSS (concurrency 2, slots pre-created) {m['idle_default_kib']} KiB "
+                  f"at {m['slots']} slots vs {m['idle_small_kib']} KiB at 1024: "
+                  f"{m['bytes_per_slot']} bytes per slot."]
     def template(c):
         c = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", c)
         return re.sub(r"/tmp/cg-bench-[^/]+/", "$TMP/", c)
