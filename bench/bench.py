@@ -11,6 +11,9 @@ listener, same upstream):
   4 cg_allow      crawlguard, allow path (browser UA, two matching limits)
   5 cg_reject     crawlguard, reject path (bucket empty: 429 local reply)
   6 cg_verified   crawlguard, verified-crawler path with a warm verdict cache
+  7 cg_shedding   4 with load shedding enabled (healthy origin: the cost of measuring it)
+  8 cg_fleet      4 with fleet mode on: the real sidecar and a real Redis (redis-server),
+                  syncing every 500 ms; the sync traffic per Envoy per second is reported
 
 Each (concurrency, configuration) is measured in several rounds, configurations alternated
 within a round, so the ratios come from figures taken together. Load: wrk on loopback.
@@ -250,7 +253,8 @@ LOCAL_RL_ROUTE_ACTIONS = """
                     - remote_address: {}"""
 
 
-def front_yaml(port, origin_port, verifier_port, filters, route_extra="", xff=False):
+def front_yaml(port, origin_port, verifier_port, filters, route_extra="", xff=False,
+               fleet_port=None):
     return f"""
 admin: {{address: {{socket_address: {{address: 127.0.0.1, port_value: ADMIN_PORT}}}}}}
 static_resources:
@@ -287,6 +291,11 @@ static_resources:
     load_assignment:
       cluster_name: crawlguard_verifier
       endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {verifier_port}}}}}}}}}]}}]
+  - name: crawlguard_fleet
+    type: STATIC
+    load_assignment:
+      cluster_name: crawlguard_fleet
+      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {fleet_port or verifier_port}}}}}}}}}]}}]
 """
 
 
@@ -311,6 +320,18 @@ CONFIGS = {
     "cg_verified": (wasm_filter(CG_WASM, json.dumps({"limits": [
         limit("crawler_per_ip", "search_crawler", BIG, BIG),
         limit("all_global", "*", BIG, BIG, "global")]})), "", UA_GOOGLEBOT),
+    # Issue 14's target: shedding enabled on a healthy origin costs <= 5% of the allow path.
+    "cg_shedding": (wasm_filter(CG_WASM, json.dumps({
+        "shedding": {"enabled": True, "latency_ms": 10_000},
+        "limits": [limit("human_per_ip", "human", BIG, BIG),
+                   limit("all_global", "*", BIG, BIG, "global")]})), "", UA_CHROME),
+    # Issue 13's target: fleet mode (syncing through the real sidecar to a real Redis) costs
+    # <= 5% of the allow path. The sync goes to cluster crawlguard_fleet (the sidecar started
+    # by throughput()); verifier callouts, none on this path, to the fake verifier.
+    "cg_fleet": (wasm_filter(CG_WASM, json.dumps({
+        "fleet": {"enabled": True, "cluster": "crawlguard_fleet", "sync_interval_ms": 500},
+        "limits": [limit("human_per_ip", "human", BIG, BIG),
+                   limit("all_global", "*", BIG, BIG, "global")]})), "", UA_CHROME),
 }
 
 
@@ -339,6 +360,37 @@ def wrk(url, ua, duration, connections, threads=2, script=None, cpus=None):
             "requests": int(total.group(1)) if total else 0}
 
 
+def wait_port(port, proc, what, timeout_s=30):
+    """Wait until 127.0.0.1:port accepts a connection (or `proc` exits)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} not listening on {port}")
+
+
+def fleet_store(tmp):
+    """A real Redis and the real sidecar in fleet mode (--redis). Returns (port, [procs])."""
+    redis_port, sidecar_port = free_port(), free_port()
+    cmd = ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+           "--appendonly", "no", "--dir", tmp]
+    COMMANDS.append(" ".join(cmd))
+    redis = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(redis_port, redis, "redis-server")
+    cmd = [VERIFIER_BIN, "--listen", f"127.0.0.1:{sidecar_port}", "--no-builtin-range-urls",
+           "--cache-dir", tmp, "--redis", f"redis://127.0.0.1:{redis_port}/0",
+           "--log-level", "warn"]
+    COMMANDS.append(" ".join(cmd))
+    sidecar = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(sidecar_port, sidecar, "crawlguard-sidecar")
+    return sidecar_port, [sidecar, redis]
+
+
 def throughput(tmp, rounds, duration, concurrencies, configs=None):
     """Every configuration of `configs` (default CONFIGS) at each Envoy concurrency, `rounds`
     alternated rounds; per run req/s, latency, Envoy CPU per request and the pinning."""
@@ -346,6 +398,7 @@ def throughput(tmp, rounds, duration, concurrencies, configs=None):
     origin_port, verifier_port = free_port(), free_port()
     _, others = pinning(1)
     upstream = Envoy(upstream_yaml(origin_port, verifier_port), 1, tmp, "upstream", cpus=others)
+    fleet_port, fleet_procs = fleet_store(tmp)
     results = {}
     try:
         for conc in concurrencies:
@@ -355,19 +408,26 @@ def throughput(tmp, rounds, duration, concurrencies, configs=None):
                 for name in order:
                     filters, route_extra, ua = configs[name]
                     port = free_port()
-                    env = Envoy(front_yaml(port, origin_port, verifier_port, filters, route_extra),
+                    env = Envoy(front_yaml(port, origin_port, verifier_port, filters, route_extra,
+                                           fleet_port=fleet_port),
                                 conc, tmp, f"{name}-c{conc}", cpus=envoy_cpus)
                     try:
                         url = f"http://127.0.0.1:{port}/"
                         wrk(url, ua, 1, 8, cpus=load_cpus)  # warm-up: JIT, connections, verdicts
+                        before = env.stats()
+                        t0 = time.time()
                         cpu0 = env.cpu_s()
                         res = wrk(url, ua, duration, 16 * conc, cpus=load_cpus)
                         cpu = env.cpu_s() - cpu0
                         res["cpu_us_per_req"] = 1e6 * cpu / max(res["requests"], 1)
+                        res["seconds"] = time.time() - t0
                         res["pinning"] = (f"Envoy on CPU {envoy_cpus}, wrk + upstream on CPU "
                                           f"{load_cpus}" if envoy_cpus else "none")
-                        res["stats"] = {k: v for k, v in env.stats().items()
+                        after = env.stats()
+                        res["stats"] = {k: v for k, v in after.items()
                                         if "crawlguard" in k or "bench_local_rl" in k}
+                        # What the measured window added (the fleet's sync traffic per second).
+                        res["delta"] = {k: v - before.get(k, 0) for k, v in res["stats"].items()}
                         results.setdefault((conc, name), []).append(res)
                         print(f"  c={conc} round {r + 1} {name:12s} {res['rps']:9.0f} req/s "
                               f"p50 {res['p50_ms']:.3f} ms p99 {res['p99_ms']:.3f} ms "
@@ -377,6 +437,9 @@ def throughput(tmp, rounds, duration, concurrencies, configs=None):
                         env.stop()
     finally:
         upstream.stop()
+        for p in fleet_procs:
+            p.terminate()
+            p.wait()
     return results
 
 
@@ -797,25 +860,45 @@ def write_results(path, results, exact_rows, mem_row, args, ver=None, cli=None):
             m = med.get((c, name))
             cells += [f"{m['rps']:.0f}", f"{m['p50_ms']:.3f}", f"{m['p99_ms']:.3f}"] if m else ["-"] * 3
         lines.append(f"| {i} | {name} | " + " | ".join(cells) + " |")
-    lines += ["", "Ratios of median req/s (targets: 4/2 >= 0.85, 4/3 >= 0.90):", "",
+    lines += ["", "Ratios of median req/s (targets: 4/2 >= 0.85, 4/3 >= 0.90, 5/2 >= 1.0, "
+              "6/4 >= 0.9, 7/4 and 8/4 >= 0.95):", "",
               "| ratio | " + " | ".join(f"c={c}" for c in concs) + " |",
               "|---|" + "---|" * len(concs)]
     for a, b, label in [("cg_allow", "local_rl", "4/2 allow vs native local_ratelimit"),
                         ("cg_allow", "wasm_floor", "4/3 allow vs wasm floor"),
                         ("cg_reject", "local_rl", "5/2 reject vs native local_ratelimit"),
-                        ("cg_verified", "cg_allow", "6/4 verified crawler vs allow")]:
+                        ("cg_verified", "cg_allow", "6/4 verified crawler vs allow"),
+                        ("cg_shedding", "cg_allow", "7/4 shedding on (healthy) vs allow"),
+                        ("cg_fleet", "cg_allow", "8/4 fleet mode vs allow")]:
         cells = []
         for c in concs:
             x, y = med.get((c, a)), med.get((c, b))
             cells.append(f"{x['rps'] / y['rps']:.2f}" if x and y and y["rps"] else "-")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    fleet_rows = [(c, runs) for (c, name), runs in sorted(results.items()) if name == "cg_fleet"]
+    if fleet_rows:
+        lines += ["", "Fleet sync traffic per Envoy per second (cg_fleet, medians of the rounds' "
+                  "measured windows; bytes are the crawlguard_fleet cluster's, HTTP included; every "
+                  "root context syncs: each worker's and the one on Envoy's main thread):",
+                  "", "| Envoy concurrency | syncs/s | keys/s | sync errors | tx bytes/s | "
+                  "rx bytes/s |", "|---|---|---|---|---|---|"]
+        for c, runs in fleet_rows:
+            def per_s(key):
+                return statistics.median(
+                    sum(v for k, v in r["delta"].items() if k.endswith(key)) / r["seconds"]
+                    for r in runs)
+            lines.append(f"| {c} | {per_s('crawlguard.fleet.syncs'):.1f} | "
+                         f"{per_s('crawlguard.fleet.keys_synced'):.1f} | "
+                         f"{per_s('crawlguard.fleet.sync_error'):.1f} | "
+                         f"{per_s('crawlguard_fleet.upstream_cx_tx_bytes_total'):.0f} | "
+                         f"{per_s('crawlguard_fleet.upstream_cx_rx_bytes_total'):.0f} |")
     # Sanity of what was measured: rejects really rejected, verified really verified.
     lines += ["", "Checks on what was measured (last round's counters):", ""]
     for (c, name), runs in sorted(results.items()):
         st = runs[-1]["stats"]
         interesting = {k.replace("wasmcustom.", ""): v for k, v in st.items()
                        if v and ("allowed" in k or "limited" in k or "verify.verified" in k
-                                 or "cache_hit" in k or "rate_limited" in k)}
+                                 or "cache_hit" in k or "rate_limited" in k or "fleet." in k)}
         if interesting:
             lines.append(f"- c={c} {name}: non-2xx {runs[-1]['non2xx']}, {interesting}")
     if exact_rows:

@@ -120,12 +120,12 @@ fn agree_with(json: &str, change: impl Fn(&mut Config)) -> (u64, u64, u64) {
 
 #[test]
 fn embedded_default() {
-    assert_eq!(agree(""), (9_999, 281, 0));
+    assert_eq!(agree(""), (9_999, 325, 0));
 }
 
 #[test]
 fn shadow_mode_and_a_shadow_limit() {
-    assert_eq!(agree(r#"{"mode":"shadow"}"#), (9_999, 0, 275));
+    assert_eq!(agree(r#"{"mode":"shadow"}"#), (9_999, 0, 319));
     let mixed = r#"{"limits":[
         {"name":"per_ip","class":"*","route":"*","rate_per_s":1,"burst":20,"key":"client_ip"},
         {"name":"trial","class":"*","route":"*","rate_per_s":0.5,"burst":10,"key":"client_ip","mode":"shadow"}
@@ -149,6 +149,6 @@ fn fleet_mode_off_in_the_replay_decides_like_a_replica_that_never_synced() {
     let fleet = r#"{"fleet":{"enabled":true}}"#;
     assert_eq!(
         agree_with(fleet, |c| c.fleet.enabled = false),
-        (9_999, 281, 0)
+        (9_999, 325, 0)
     );
 }

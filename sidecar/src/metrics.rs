@@ -112,7 +112,7 @@ impl Default for Metrics {
 impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("crawlguard_verifier");
+        let mut registry = Registry::with_prefix("crawlguard_sidecar");
         let verdicts = Family::<VerdictLabels, Counter>::default();
         let cache_hits = Counter::default();
         let cache_misses = Counter::default();
