@@ -838,7 +838,8 @@ def machine():
 
 
 def write_results(path, results, exact_rows, mem_row, args, ver=None, cli=None):
-    med = {k: {m: statistics.median(r[m] for r in v) for m in ("rps", "p50_ms", "p99_ms")}
+    med = {k: {m: statistics.median(r[m] for r in v)
+               for m in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")}
            for k, v in results.items()}
     lines = ["# crawlguard benchmark results", "",
              f"Date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
@@ -851,6 +852,15 @@ def write_results(path, results, exact_rows, mem_row, args, ver=None, cli=None):
               "upstream: a separate Envoy (concurrency 1) with a direct_response origin and a "
               "fake verifier.", ""]
     concs = sorted({c for c, _ in med})
+    for c in concs:
+        pin = next((r[0].get("pinning", "none") for (cc, _), r in results.items() if cc == c),
+                   "none")
+        lines.append(f"- Pinning at concurrency {c}: {pin}" + (
+            "" if pin != "none" else " (on this machine full separation is impossible: "
+            f"{os.cpu_count()} cores for {c} Envoy workers, wrk and the upstream)") + ".")
+    if args.note:
+        lines.append(f"- {args.note}")
+    lines.append("")
     lines += ["| # | configuration | " + " | ".join(
         f"c={c} req/s | c={c} p50 ms | c={c} p99 ms" for c in concs) + " |",
         "|---|---|" + "---|---|---|" * len(concs)]
@@ -859,6 +869,14 @@ def write_results(path, results, exact_rows, mem_row, args, ver=None, cli=None):
         for c in concs:
             m = med.get((c, name))
             cells += [f"{m['rps']:.0f}", f"{m['p50_ms']:.3f}", f"{m['p99_ms']:.3f}"] if m else ["-"] * 3
+        lines.append(f"| {i} | {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Envoy CPU time per request (user + system from /proc over the measured "
+              "window, medians; less sensitive than req/s to other work on the machine):", "",
+              "| # | configuration | " + " | ".join(f"c={c} us/req" for c in concs) + " |",
+              "|---|---|" + "---|" * len(concs)]
+    for i, name in enumerate(CONFIGS, 1):
+        cells = [f"{med[(c, name)]['cpu_us_per_req']:.1f}" if (c, name) in med else "-"
+                 for c in concs]
         lines.append(f"| {i} | {name} | " + " | ".join(cells) + " |")
     lines += ["", "Ratios of median req/s (targets: 4/2 >= 0.85, 4/3 >= 0.90, 5/2 >= 1.0, "
               "6/4 >= 0.9, 7/4 and 8/4 >= 0.95):", "",
@@ -958,6 +976,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="1 round of 3 s, no memory run")
+    ap.add_argument("--note", default=os.environ.get("BENCH_NOTE", ""),
+                    help="a line for results.md, e.g. that the machine was shared")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results.md"))
     ap.add_argument("--cli-only", action="store_true",
                     help="only the crawlguard command's log throughput, put into --out")
