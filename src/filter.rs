@@ -34,6 +34,9 @@ impl Context for Root {
         };
         let (status, body) = wasm_host::callout_response(body_size, w.callout_body_limit(token));
         w.on_callout_response(&mut self.host, token, status.as_deref(), &body);
+        // Callout answers are rare (syncs, verdicts): their counters go out now, and a
+        // flush here is not counted in crawlguard.stats.flushes (only the tick's are).
+        wasm_host::flush_counters(None);
     }
 
     fn on_done(&mut self) -> bool {

@@ -294,6 +294,12 @@ impl Envoy {
         out
     }
 
+    /// One stat as Envoy has it now, without waiting for a flush: for gauges (set directly,
+    /// never buffered) and for polling loops, which wait anyway.
+    pub async fn stat_now(&self, name: &str) -> Option<u64> {
+        self.stats_now().await.get(name).copied()
+    }
+
     /// One stat by its full admin name (e.g. `wasmcustom.crawlguard.class.human.allowed`);
     /// `None` if Envoy does not have it (a wasm metric exists once the filter defined it).
     pub async fn stat(&self, name: &str) -> Option<u64> {
@@ -354,12 +360,13 @@ impl Envoy {
     }
 
     /// The crawlguard counters whose name starts with `prefix` (e.g. `crawlguard.rewrite.`)
-    /// and that are not zero, keyed by the rest of the name.
+    /// and that are not zero, keyed by the rest of the name; `crawlguard.stats.flushes`
+    /// (bookkeeping of the counters themselves, not an event) is left out.
     pub async fn nonzero_counters(&self, prefix: &str) -> BTreeMap<String, u64> {
         self.crawlguard_stats()
             .await
             .into_iter()
-            .filter(|(_, v)| *v > 0)
+            .filter(|(k, v)| *v > 0 && k != "crawlguard.stats.flushes")
             .filter_map(|(k, v)| k.strip_prefix(prefix).map(|rest| (rest.to_string(), v)))
             .collect()
     }
