@@ -23,6 +23,7 @@ setup-rust:
 NATIVE := -p crawlguard-cli -p crawlguard-sidecar
 build: setup-rust
 	$(CARGO) build --release --target wasm32-wasip1 -p crawlguard
+	scripts/optimize-wasm.sh $(WASM)
 	$(CARGO) build --release $(NATIVE)
 
 ## build-cli: only the crawlguard command (report, replay, check-config, classify)

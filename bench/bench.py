@@ -69,17 +69,37 @@ def http_get(url, timeout=2.0):
         return r.read().decode()
 
 
+def pinned(cpus, cmd):
+    """`cmd` under `taskset -c cpus` (as is when cpus is None or taskset is missing)."""
+    if cpus is None or not shutil.which("taskset"):
+        return cmd
+    return ["taskset", "-c", cpus] + cmd
+
+
+# Core pinning of the throughput runs (taskset): at Envoy concurrency 1 the measured Envoy
+# gets core 0 alone and wrk + the upstream Envoy share core 1, so the ratio measures Envoy
+# rather than CPU sharing. At concurrency 2 on a 2-core machine full separation is
+# impossible (2 workers + wrk + upstream on 2 cores): nothing is pinned, and the results say
+# so. On machines with more cores the same split keeps Envoy on cores 0..c-1.
+def pinning(conc):
+    n = os.cpu_count() or 1
+    if n <= conc:
+        return None, None
+    return ",".join(str(i) for i in range(conc)), ",".join(str(i) for i in range(conc, n))
+
+
 class Envoy:
     """One Envoy process with a generated config; waits for /ready, stops on exit."""
 
-    def __init__(self, yaml_text, concurrency, tmp, name):
+    def __init__(self, yaml_text, concurrency, tmp, name, cpus=None):
         self.admin = free_port()
+        self.concurrency = concurrency
         self.path = os.path.join(tmp, f"{name}.yaml")
         with open(self.path, "w") as f:
             f.write(yaml_text.replace("ADMIN_PORT", str(self.admin)))
         self.log = open(os.path.join(tmp, f"{name}.log"), "w")
-        cmd = [ENVOY, "-c", self.path, "--concurrency", str(concurrency),
-               "--use-dynamic-base-id", "-l", "warn"]
+        cmd = pinned(cpus, [ENVOY, "-c", self.path, "--concurrency", str(concurrency),
+                            "--use-dynamic-base-id", "-l", "warn"])
         COMMANDS.append(" ".join(cmd))
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
         deadline = time.time() + 60
@@ -95,12 +115,30 @@ class Envoy:
         raise RuntimeError(f"envoy {name} not ready")
 
     def stats(self):
+        """Envoy's counters once every crawlguard VM flushed after the call (crawlguard
+        counts in VM memory and flushes every 250 ms per VM: `crawlguard.stats.flushes` must
+        go up by two per VM, workers and the main thread)."""
+        name = "wasmcustom.crawlguard.stats.flushes"
+        start = self.stats_now().get(name)
+        if start is not None:
+            deadline = time.time() + 10
+            while time.time() < deadline and self.stats_now().get(name, 0) < start + 2 * (self.concurrency + 1):
+                time.sleep(0.05)
+        return self.stats_now()
+
+    def stats_now(self):
         out = {}
         for line in http_get(f"http://127.0.0.1:{self.admin}/stats").splitlines():
             k, _, v = line.partition(": ")
             if v.isdigit():
                 out[k] = int(v)
         return out
+
+    def cpu_s(self):
+        """User + system CPU seconds used by this Envoy so far (/proc/<pid>/stat)."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def rss_kib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
@@ -267,6 +305,8 @@ def limit(name, cls, rate, burst, key="client_ip"):
 
 
 BIG = 1_000_000
+# store.slots when the configuration does not set it (src/config/defaults.rs).
+DEFAULT_SLOTS = 65_536
 CONFIGS = {
     # name: (filters, route_extra, user agent, crawlguard config or None)
     "none": ("", "", UA_CHROME),
@@ -295,12 +335,13 @@ CONFIGS = {
 }
 
 
-def wrk(url, ua, duration, connections, threads=2, script=None):
+def wrk(url, ua, duration, connections, threads=2, script=None, cpus=None):
     cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency",
            "-H", f"User-Agent: {ua}"]
     if script:
         cmd += ["-s", script]
     cmd.append(url)
+    cmd = pinned(cpus, cmd)
     COMMANDS.append(" ".join(repr(c) if " " in c else c for c in cmd))
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
@@ -350,29 +391,39 @@ def fleet_store(tmp):
     return sidecar_port, [sidecar, redis]
 
 
-def throughput(tmp, rounds, duration, concurrencies):
+def throughput(tmp, rounds, duration, concurrencies, configs=None):
+    """Every configuration of `configs` (default CONFIGS) at each Envoy concurrency, `rounds`
+    alternated rounds; per run req/s, latency, Envoy CPU per request and the pinning."""
+    configs = configs or CONFIGS
     origin_port, verifier_port = free_port(), free_port()
-    upstream = Envoy(upstream_yaml(origin_port, verifier_port), 1, tmp, "upstream")
+    _, others = pinning(1)
+    upstream = Envoy(upstream_yaml(origin_port, verifier_port), 1, tmp, "upstream", cpus=others)
     fleet_port, fleet_procs = fleet_store(tmp)
     results = {}
     try:
         for conc in concurrencies:
+            envoy_cpus, load_cpus = pinning(conc)
             for r in range(rounds):
-                order = list(CONFIGS) if r % 2 == 0 else list(reversed(CONFIGS))
+                order = list(configs) if r % 2 == 0 else list(reversed(configs))
                 for name in order:
-                    filters, route_extra, ua = CONFIGS[name]
+                    filters, route_extra, ua = configs[name]
                     port = free_port()
                     env = Envoy(front_yaml(port, origin_port, verifier_port, filters, route_extra,
                                            fleet_port=fleet_port),
-                                conc, tmp, f"{name}-c{conc}")
+                                conc, tmp, f"{name}-c{conc}", cpus=envoy_cpus)
                     try:
                         url = f"http://127.0.0.1:{port}/"
-                        wrk(url, ua, 1, 8)  # warm-up: JIT, connections, verdict cache
+                        wrk(url, ua, 1, 8, cpus=load_cpus)  # warm-up: JIT, connections, verdicts
                         before = env.stats()
                         t0 = time.time()
-                        res = wrk(url, ua, duration, 16 * conc)
-                        after = env.stats()
+                        cpu0 = env.cpu_s()
+                        res = wrk(url, ua, duration, 16 * conc, cpus=load_cpus)
+                        cpu = env.cpu_s() - cpu0
+                        res["cpu_us_per_req"] = 1e6 * cpu / max(res["requests"], 1)
                         res["seconds"] = time.time() - t0
+                        res["pinning"] = (f"Envoy on CPU {envoy_cpus}, wrk + upstream on CPU "
+                                          f"{load_cpus}" if envoy_cpus else "none")
+                        after = env.stats()
                         res["stats"] = {k: v for k, v in after.items()
                                         if "crawlguard" in k or "bench_local_rl" in k}
                         # What the measured window added (the fleet's sync traffic per second).
@@ -380,6 +431,7 @@ def throughput(tmp, rounds, duration, concurrencies):
                         results.setdefault((conc, name), []).append(res)
                         print(f"  c={conc} round {r + 1} {name:12s} {res['rps']:9.0f} req/s "
                               f"p50 {res['p50_ms']:.3f} ms p99 {res['p99_ms']:.3f} ms "
+                              f"cpu {res['cpu_us_per_req']:.1f} us/req "
                               f"non-2xx {res['non2xx']}", flush=True)
                     finally:
                         env.stop()
@@ -451,18 +503,37 @@ end
 """
 
 
+def idle_rss_kib(tmp, origin_port, verifier_port, slots, name):
+    """RSS of an idle Envoy (concurrency 2) whose filter pre-created `slots` bucket slots."""
+    port = free_port()
+    cfg = json.dumps({"client_ip": {"source": "xff", "xff_trusted_hops": 1},
+                      "store": {"slots": slots}, "limits": [limit("per_ip", "*", 1.0, 5)]})
+    env = Envoy(front_yaml(port, origin_port, verifier_port, wasm_filter(CG_WASM, cfg)),
+                2, tmp, name)
+    try:
+        wrk(f"http://127.0.0.1:{port}/", UA_CHROME, 1, 4)
+        return env.rss_kib()
+    finally:
+        env.stop()
+
+
 def memory(tmp, requests=1_000_000):
-    """Envoy RSS before/after `requests` requests from distinct client addresses."""
+    """Envoy RSS before/after `requests` requests from distinct client addresses, at the
+    default `store.slots`; the share of decisions the per-worker fallback made; and the
+    memory one slot costs (idle RSS at the default slot count minus at 1,024 slots)."""
     origin_port, verifier_port = free_port(), free_port()
     upstream = Envoy(upstream_yaml(origin_port, verifier_port), 1, tmp, "upstream-mem")
     script = os.path.join(tmp, "xff.lua")
     with open(script, "w") as f:
         f.write(XFF_LUA)
-    slots = 16384
     try:
+        # The default slot count, as the filter reports it at load ("N bucket slots").
+        slots = DEFAULT_SLOTS
+        small = 1024
+        idle_small = idle_rss_kib(tmp, origin_port, verifier_port, small, "mem-small")
+        idle_default = idle_rss_kib(tmp, origin_port, verifier_port, slots, "mem-default")
         port = free_port()
         cfg = json.dumps({"client_ip": {"source": "xff", "xff_trusted_hops": 1},
-                          "store": {"slots": slots},
                           "limits": [limit("per_ip", "*", 1.0, 5)]})
         env = Envoy(front_yaml(port, origin_port, verifier_port, wasm_filter(CG_WASM, cfg)),
                     2, tmp, "mem")
@@ -470,20 +541,35 @@ def memory(tmp, requests=1_000_000):
             url = f"http://127.0.0.1:{port}/"
             wrk(url, UA_CHROME, 2, 16, script=script)
             before = env.rss_kib()
+            st0 = env.stats()
             sent = 0
             t0 = time.time()
             while sent < requests:
                 res = wrk(url, UA_CHROME, 10, 32, script=script)
                 sent += res["requests"]
+            seconds = time.time() - t0
             after = env.rss_kib()
             st = env.stats()
-            row = {"requests": sent, "seconds": round(time.time() - t0, 1),
+
+            def delta(k):
+                return st.get(k, 0) - st0.get(k, 0)
+            decided = sum(delta(f"wasmcustom.crawlguard.class.human.{d}")
+                          for d in ("allowed", "limited"))
+            fallback = delta("wasmcustom.crawlguard.class.human.fail_open")
+            per_slot = (idle_default - idle_small) * 1024 / (slots - small)
+            row = {"requests": sent, "seconds": round(seconds, 1),
+                   "rps": round(sent / seconds),
                    "rss_before_kib": before, "rss_after_kib": after,
                    "growth_kib": after - before, "slots": slots,
-                   # Envoy keeps key + value + map node per slot; 25-byte values, ~10-byte
-                   # keys: a generous 256 bytes a slot for buckets (precreated at start).
-                   "bound_kib": slots * 256 // 1024,
-                   "collisions": st.get("wasmcustom.crawlguard.store.collision", 0)}
+                   "idle_small_kib": idle_small, "idle_default_kib": idle_default,
+                   "bytes_per_slot": round(per_slot),
+                   # README's bound: the slots (pre-created at start, so not growth) plus
+                   # what the workers' fallback maps may fill, 2 workers x 10,000 buckets x
+                   # ~100 bytes; growth beyond it would mean memory that follows clients.
+                   "bound_kib": 2 * 10_000 * 100 // 1024 + 1024,
+                   "decided": decided, "fallback": fallback,
+                   "fallback_pct": 100.0 * fallback / max(decided, 1),
+                   "collisions": delta("wasmcustom.crawlguard.store.collision")}
             print(f"  memory: {row}", flush=True)
             return row
         finally:
@@ -752,7 +838,8 @@ def machine():
 
 
 def write_results(path, results, exact_rows, mem_row, args, ver=None, cli=None):
-    med = {k: {m: statistics.median(r[m] for r in v) for m in ("rps", "p50_ms", "p99_ms")}
+    med = {k: {m: statistics.median(r[m] for r in v)
+               for m in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")}
            for k, v in results.items()}
     lines = ["# crawlguard benchmark results", "",
              f"Date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
@@ -765,6 +852,15 @@ def write_results(path, results, exact_rows, mem_row, args, ver=None, cli=None):
               "upstream: a separate Envoy (concurrency 1) with a direct_response origin and a "
               "fake verifier.", ""]
     concs = sorted({c for c, _ in med})
+    for c in concs:
+        pin = next((r[0].get("pinning", "none") for (cc, _), r in results.items() if cc == c),
+                   "none")
+        lines.append(f"- Pinning at concurrency {c}: {pin}" + (
+            "" if pin != "none" else " (on this machine full separation is impossible: "
+            f"{os.cpu_count()} cores for {c} Envoy workers, wrk and the upstream)") + ".")
+    if args.note:
+        lines.append(f"- {args.note}")
+    lines.append("")
     lines += ["| # | configuration | " + " | ".join(
         f"c={c} req/s | c={c} p50 ms | c={c} p99 ms" for c in concs) + " |",
         "|---|---|" + "---|---|---|" * len(concs)]
@@ -773,6 +869,14 @@ def write_results(path, results, exact_rows, mem_row, args, ver=None, cli=None):
         for c in concs:
             m = med.get((c, name))
             cells += [f"{m['rps']:.0f}", f"{m['p50_ms']:.3f}", f"{m['p99_ms']:.3f}"] if m else ["-"] * 3
+        lines.append(f"| {i} | {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Envoy CPU time per request (user + system from /proc over the measured "
+              "window, medians; less sensitive than req/s to other work on the machine):", "",
+              "| # | configuration | " + " | ".join(f"c={c} us/req" for c in concs) + " |",
+              "|---|---|" + "---|" * len(concs)]
+    for i, name in enumerate(CONFIGS, 1):
+        cells = [f"{med[(c, name)]['cpu_us_per_req']:.1f}" if (c, name) in med else "-"
+                 for c in concs]
         lines.append(f"| {i} | {name} | " + " | ".join(cells) + " |")
     lines += ["", "Ratios of median req/s (targets: 4/2 >= 0.85, 4/3 >= 0.90, 5/2 >= 1.0, "
               "6/4 >= 0.9, 7/4 and 8/4 >= 0.95):", "",
@@ -824,14 +928,20 @@ def write_results(path, results, exact_rows, mem_row, args, ver=None, cli=None):
             lines.append(f"| {r['concurrency']} | {r['allowed']} | {r['theory']} | "
                          f"{r['limited']} | {r['fail_open']} | {'yes' if r['ok'] else 'NO'} |")
     if mem_row:
-        lines += ["", f"Memory: {mem_row['requests']} requests, each from a new client address "
-                  "(127.x.y.z in x-forwarded-for, client_ip.source = xff), per-IP limit, "
-                  f"store.slots = {mem_row['slots']}, Envoy concurrency 2:", "",
-                  "| RSS before | RSS after | growth | bound from slots | slot collisions |",
-                  "|---|---|---|---|---|",
-                  f"| {mem_row['rss_before_kib']} KiB | {mem_row['rss_after_kib']} KiB | "
-                  f"{mem_row['growth_kib']} KiB | {mem_row['bound_kib']} KiB | "
-                  f"{mem_row['collisions']} |"]
+        m = mem_row
+        lines += ["", f"Memory: {m['requests']} requests in {m['seconds']} s ({m['rps']} req/s), "
+                  "each from a new client address (127.x.y.z in x-forwarded-for, "
+                  "client_ip.source = xff), one per-IP limit (1/s, burst 5: a client's bucket "
+                  f"is full again 1 s after its request), default store.slots = {m['slots']}, "
+                  "Envoy concurrency 2:", "",
+                  "| RSS before | RSS after | growth | bound | decisions | by the per-worker fallback | slot collisions |",
+                  "|---|---|---|---|---|---|---|",
+                  f"| {m['rss_before_kib']} KiB | {m['rss_after_kib']} KiB | "
+                  f"{m['growth_kib']} KiB | {m['bound_kib']} KiB | {m['decided']} | "
+                  f"{m['fallback']} ({m['fallback_pct']:.2f}%) | {m['collisions']} |", "",
+                  f"Memory per slot: idle RSS (concurrency 2, slots pre-created) {m['idle_default_kib']} KiB "
+                  f"at {m['slots']} slots vs {m['idle_small_kib']} KiB at 1024: "
+                  f"{m['bytes_per_slot']} bytes per slot."]
     def template(c):
         c = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", c)
         return re.sub(r"/tmp/cg-bench-[^/]+/", "$TMP/", c)
@@ -866,6 +976,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="1 round of 3 s, no memory run")
+    ap.add_argument("--note", default=os.environ.get("BENCH_NOTE", ""),
+                    help="a line for results.md, e.g. that the machine was shared")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results.md"))
     ap.add_argument("--cli-only", action="store_true",
                     help="only the crawlguard command's log throughput, put into --out")
@@ -884,6 +996,9 @@ def main():
             sys.exit(f"{tool} not found: run `make bench` (it installs it)")
     sh(["cargo", "build", "-q", "--release", "--target", "wasm32-wasip1", "-p", "crawlguard"],
        cwd=ROOT)
+    # cargo puts its unoptimised module back on every build: the bench measures what
+    # `make build` ships (wasm-opt -O3, scripts/optimize-wasm.sh).
+    sh([os.path.join(ROOT, "scripts/optimize-wasm.sh"), CG_WASM], cwd=ROOT)
     sh(["cargo", "build", "-q", "--release", "--target", "wasm32-wasip1", "--manifest-path",
         "bench/ua-only/Cargo.toml", "--target-dir", "target/bench"], cwd=ROOT)
     with tempfile.TemporaryDirectory(prefix="cg-bench-") as tmp:

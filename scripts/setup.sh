@@ -36,6 +36,19 @@ if command -v rustup >/dev/null 2>&1; then
         fi
     done
 fi
+# binaryen's wasm-opt: `make build` shrinks the module with it (scripts/optimize-wasm.sh).
+# Debian's binaryen (108 in bookworm) accepts every feature rustc emits for wasm32-wasip1.
+if ! command -v wasm-opt >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1; then
+        SUDO=""
+        [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+        log "installing binaryen (wasm-opt) with apt-get"
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends binaryen >/dev/null \
+            || { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends binaryen >/dev/null; }
+    else
+        log "wasm-opt not found and no apt-get: install binaryen by hand"; exit 1
+    fi
+fi
 [ "$RUST_ONLY" -eq 1 ] && exit 0
 
 # --- Debian packages (only the missing ones; apt-get update at most once) ---

@@ -110,6 +110,11 @@ pub struct FakeHost {
     pub refuse_reply: bool,
     /// Value returned by `random_u32`.
     pub random: u32,
+    /// Every [`Host`] call that is a proxy-wasm host call in the real module, in order
+    /// (`"get request header :path"`, `"now"`, ...); shared-data calls are counted by the
+    /// store ([`MemStore::calls`]). Counter increments are not here: the module buffers
+    /// them in VM memory (`metrics::CounterBuffer`) and hands them over on the tick.
+    pub host_calls: Vec<String>,
 }
 
 impl FakeHost {
@@ -156,6 +161,7 @@ fn lines(map: &[(String, Vec<u8>)], name: &str) -> Vec<Vec<u8>> {
 
 impl Host for FakeHost {
     fn now_ns(&mut self) -> Option<u64> {
+        self.host_calls.push("now".into());
         self.now_ns
     }
 
@@ -164,17 +170,23 @@ impl Host for FakeHost {
     }
 
     fn request_header(&mut self, name: &str) -> Option<Vec<u8>> {
+        self.host_calls.push(format!("get request header {name}"));
         self.cur()
             .and_then(|r| lines(&r.request_headers, name).into_iter().next())
     }
 
     fn request_header_lines(&mut self, name: &str) -> Vec<Vec<u8>> {
+        self.host_calls.push("get request header map".into());
         self.cur()
             .map(|r| lines(&r.request_headers, name))
             .unwrap_or_default()
     }
 
     fn set_request_header(&mut self, name: &str, value: Option<&[u8]>) {
+        self.host_calls.push(match value {
+            Some(_) => format!("replace request header {name}"),
+            None => format!("remove request header {name}"),
+        });
         if let Some(r) = self.cur() {
             r.request_headers
                 .retain(|(k, _)| !k.eq_ignore_ascii_case(name));
@@ -185,21 +197,26 @@ impl Host for FakeHost {
     }
 
     fn downstream_address(&mut self) -> Option<Vec<u8>> {
+        self.host_calls.push("get property source.address".into());
         self.cur().and_then(|r| r.downstream.clone())
     }
 
     fn response_header(&mut self, name: &str) -> Option<Vec<u8>> {
+        self.host_calls.push(format!("get response header {name}"));
         self.cur()
             .and_then(|r| lines(&r.response_headers, name).into_iter().next())
     }
 
     fn response_header_lines(&mut self, name: &str) -> Vec<Vec<u8>> {
+        self.host_calls.push("get response header map".into());
         self.cur()
             .map(|r| lines(&r.response_headers, name))
             .unwrap_or_default()
     }
 
     fn remove_response_header(&mut self, name: &str) {
+        self.host_calls
+            .push(format!("remove response header {name}"));
         if let Some(r) = self.cur() {
             r.response_headers
                 .retain(|(k, _)| !k.eq_ignore_ascii_case(name));
@@ -207,6 +224,7 @@ impl Host for FakeHost {
     }
 
     fn send_reply(&mut self, reply: &LocalReply<'_>) -> Result<(), HostError> {
+        self.host_calls.push("send local reply".into());
         if self.refuse_reply {
             return Err(HostError(2));
         }

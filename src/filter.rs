@@ -34,11 +34,15 @@ impl Context for Root {
         };
         let (status, body) = wasm_host::callout_response(body_size, w.callout_body_limit(token));
         w.on_callout_response(&mut self.host, token, status.as_deref(), &body);
+        // Callout answers are rare (syncs, verdicts): their counters go out now, and a
+        // flush here is not counted in crawlguard.stats.flushes (only the tick's are).
+        wasm_host::flush_counters(None);
     }
 
     fn on_done(&mut self) -> bool {
         if let Some(w) = self.worker.take() {
             w.on_root_done(&mut self.host);
+            wasm_host::flush_counters(w.metrics.flushes);
         }
         true
     }
@@ -69,6 +73,7 @@ impl RootContext for Root {
         // A reconfiguration replaces the worker: release what the old one still holds.
         if let Some(old) = self.worker.take() {
             old.on_root_done(&mut self.host);
+            wasm_host::flush_counters(old.metrics.flushes);
         }
         let metrics = Metrics::define(&cfg, &mut wasm_host::define_metric);
         let seed = u64::from(getrandom::u32().unwrap_or(0)) << 32
@@ -83,10 +88,11 @@ impl RootContext for Root {
         if self.host.queue.is_none() {
             log::warn!("could not register shared queue {name}: verifier callouts are errors");
         }
-        if let Some(ms) = Worker::tick_period_ms(&worker.cfg) {
-            if !wasm_host::set_tick_period_ms(ms) {
-                log::warn!("could not set the tick period");
-            }
+        // Always a tick: it flushes the counters (metrics::STATS_FLUSH_MS).
+        if !wasm_host::set_tick_period_ms(Worker::tick_period_ms(&worker.cfg)) {
+            log::warn!(
+                "could not set the tick period: counters are flushed only on reconfiguration"
+            );
         }
         log::info!("{}", worker.summary());
         self.worker = Some(Rc::new(worker));
@@ -103,6 +109,7 @@ impl RootContext for Root {
     fn on_tick(&mut self) {
         if let Some(w) = self.worker.clone() {
             w.on_tick(&mut self.host);
+            wasm_host::flush_counters(w.metrics.flushes);
         }
     }
 

@@ -9,7 +9,7 @@
 //! In the order a request meets them: [`client_ip`], [`classify`] (the matcher over the
 //! [`catalog`], giving a [`class`]), [`verification`] ([`verdict_cache`], [`flights`],
 //! [`verify`]), [`shedding`] ([`origin_health`]), [`limiter`] ([`bucket`], [`escalation`],
-//! [`store`], [`slot_table`], [`local_store`], and in fleet mode [`fleet`]), [`respond`], and
+//! [`store`], [`slot_table`], [`local_store`], [`lease`], and in fleet mode [`fleet`]), [`respond`], and
 //! on the way back [`rewrite`]; [`metrics`] counts it all; [`config`] is parsed once per
 //! worker. README's "Code map" has one line per module.
 //! What the filter shares with the verifier sidecar (wire types, bot ids, the catalog data
@@ -28,6 +28,7 @@ pub mod fleet;
 pub mod flights;
 pub mod header_map;
 pub mod host;
+pub mod lease;
 pub mod limiter;
 pub mod local_store;
 pub mod metrics;

@@ -13,6 +13,7 @@ use crate::config::{ClassPolicy, Limit};
 use crate::config::{Config, KeyKind, Mode};
 use crate::escalation::{Compliance, Visit};
 use crate::fleet::{self, FleetBuckets};
+use crate::lease::{self, Lease, Leases};
 use crate::local_store::{LocalPlace, LocalStore};
 use crate::respond;
 use crate::slot_table::{read_u64, write_u64, SharedSlots, SlotRef, SlotTable, SlotValue};
@@ -204,6 +205,8 @@ pub struct LimitResult {
 enum Placed {
     Shared(SlotRef),
     Local(LocalPlace),
+    /// Spent from this worker's lease of the key ([`crate::lease`]).
+    Lease,
 }
 
 /// What charging one key did.
@@ -223,7 +226,15 @@ pub struct Limiter {
     fallback: LocalStore<KeyState>,
     hasher: ahash::RandomState,
     fleet: Option<FleetBuckets>,
+    /// What [`decide`] charged for the request being decided, kept between requests so a
+    /// warm worker allocates nothing for it.
+    charged: Vec<Charge>,
+    /// Tokens this worker holds of buckets far from empty ([`crate::lease`]).
+    leases: Leases,
 }
+
+/// One charged key: (key, limit index, where, tokens, the limit is in shadow mode).
+type Charge = (StateKey, usize, Placed, u32, bool);
 
 impl Limiter {
     /// Builds the limiter for `cfg.store`.
@@ -239,6 +250,8 @@ impl Limiter {
                 s ^ 0xa409_3822_299f_31d0,
             ),
             fleet: FleetBuckets::new(cfg),
+            charged: Vec::new(),
+            leases: Leases::default(),
         }
     }
 
@@ -388,22 +401,33 @@ impl Limiter {
     /// `policy`. With `track` (an enforced limit keyed per client), the key's Retry-After
     /// compliance is checked and remembered, and a key serving a penalty is rejected without
     /// taking tokens.
+    ///
+    /// With `leasable` (see [`crate::lease`]) the token may come from this worker's lease of
+    /// the key (no shared-data call), and a charge that leaves the bucket far from empty
+    /// takes a lease of a few more tokens in the same write.
     #[allow(clippy::too_many_arguments)]
     fn charge(
         &mut self,
         store: &dyn SharedData,
         key: StateKey,
         now_ns: u64,
-        limit: &Limit,
+        (limit_idx, limit): (usize, &Limit),
         n: u32,
         policy: &ClassPolicy,
         track: bool,
+        leasable: bool,
         events: &mut StoreEvents,
     ) -> (Charged, Visit, Option<Placed>) {
+        let leasable = leasable && n == 1 && self.fleet.is_none();
+        if leasable && self.leases.spend(key, limit_idx, now_ns) {
+            return (Charged::Allowed, Visit::Unremarkable, Some(Placed::Lease));
+        }
         let rate = self.local_rate(limit.rate);
         let ra = &policy.retry_after;
         let esc = &policy.escalation;
+        let mut leased = 0;
         let result = self.update(store, key, now_ns, events, |s| {
+            leased = 0;
             let mut st = s.unwrap_or_default();
             let visit = if track {
                 st.compliance.visit(now_ns, esc)
@@ -415,8 +439,19 @@ impl Limiter {
                 st.compliance.penalty_until_ns.saturating_sub(now_ns)
             } else {
                 match bucket::take_n(Some(st.bucket), now_ns, rate, n) {
-                    Take::Allowed { state, .. } => {
+                    Take::Allowed { state, remaining } => {
                         st.bucket = state;
+                        // A lease only for a key that remembers nothing (spending it skips
+                        // the compliance visit, a no-op for such a key).
+                        let size = lease::lease_size(rate.burst, remaining);
+                        if leasable && size > 0 && st.compliance.is_idle(now_ns) {
+                            if let Take::Allowed { state, .. } =
+                                bucket::take_n(Some(st.bucket), now_ns, rate, size)
+                            {
+                                st.bucket = state;
+                                leased = size;
+                            }
+                        }
                         return ((Charged::Allowed, visit), Some(st));
                     }
                     Take::Limited { wait_ns } => wait_ns,
@@ -437,6 +472,19 @@ impl Limiter {
             };
             ((limited, visit), Some(st))
         });
+        if let (Some(((Charged::Allowed, _), Placed::Shared(at))), true) = (&result, leased > 0) {
+            let back = self.leases.hold(Lease {
+                key,
+                limit: limit_idx,
+                at: *at,
+                tokens: leased,
+                rate,
+                taken_ns: now_ns,
+            });
+            if let Some(l) = back {
+                self.give_back(store, l);
+            }
+        }
         match result {
             Some(((c @ Charged::Allowed, visit), at)) => (c, visit, Some(at)),
             Some(((c, visit), _)) => (c, visit, None),
@@ -457,7 +505,7 @@ impl Limiter {
     fn refund(
         &mut self,
         store: &dyn SharedData,
-        key: StateKey,
+        (key, limit_idx): (StateKey, usize),
         at: Placed,
         rate: bucket::Rate,
         n: u32,
@@ -473,7 +521,38 @@ impl Limiter {
             }
             .replace_at(key, at, back),
             Placed::Local(at) => self.fallback.replace_at(key, at, back),
+            // Back into the lease; if it was given back meanwhile, the token is lost (strict).
+            Placed::Lease => {
+                self.leases.unspend(key, limit_idx);
+                Ok(())
+            }
         };
+    }
+
+    /// Gives a lease's unspent tokens back to its bucket (best effort: a lost give-back only
+    /// errs on the strict side, and a bucket whose slot was taken over was full again).
+    fn give_back(&mut self, store: &dyn SharedData, l: Lease) {
+        let _ = SharedSlots {
+            table: &self.buckets,
+            store,
+        }
+        .replace_at(l.key, l.at, |s| KeyState {
+            bucket: bucket::refund_n(s.bucket, l.rate, l.tokens),
+            ..s
+        });
+    }
+
+    /// Gives every lease back to its bucket (on the root tick, and when the worker goes
+    /// away): unspent leased tokens are missing from the shared bucket at most one tick.
+    pub fn return_leases(&mut self, store: &dyn SharedData) {
+        for l in self.leases.take_all() {
+            self.give_back(store, l);
+        }
+    }
+
+    /// Tokens this worker holds in leases.
+    pub fn leased_tokens(&self) -> u64 {
+        self.leases.tokens()
     }
 
     /// Settles a cost reservation at the `actual` cost the origin reported (`None`: missing
@@ -518,6 +597,8 @@ impl Limiter {
             }
             .replace_at(r.key, at, change),
             Placed::Local(at) => self.fallback.replace_at(r.key, at, change),
+            // Cost-based limits are never leased.
+            Placed::Lease => Ok(()),
         };
     }
 }
@@ -584,8 +665,8 @@ pub fn decide(
     let route = req.route;
     let policy = cfg.policy(class);
     let mut events = StoreEvents::default();
-    // (key, limit index, where, tokens, the limit is in shadow mode)
-    let mut charged: Vec<(StateKey, usize, Placed, u32, bool)> = Vec::new();
+    let mut charged = std::mem::take(&mut limiter.charged);
+    charged.clear();
     let mut decision = Decision::Allowed;
     let mut shadow: Option<OverLimit> = None;
     let mut visit = Visit::Unremarkable;
@@ -638,8 +719,20 @@ pub fn decide(
         let mut shadow_taken: Vec<usize> = Vec::new();
         for part in keys {
             let key = limiter.key(&limit.name, part);
-            let (c, v, at) =
-                limiter.charge(store, key, now_ns, limit, n, policy, track, &mut events);
+            // Leases: enforced limits only (a shadow limit's tokens are given back when it
+            // would have rejected; not worth it), not cost-based ones (checked in charge).
+            let leasable = !is_shadow && limit.cost.is_none();
+            let (c, v, at) = limiter.charge(
+                store,
+                key,
+                now_ns,
+                (i, limit),
+                n,
+                policy,
+                track,
+                leasable,
+                &mut events,
+            );
             visit = match (visit, v) {
                 (Visit::Ignored, _) | (_, Visit::Ignored) => Visit::Ignored,
                 (Visit::Honoured, _) | (_, Visit::Honoured) => Visit::Honoured,
@@ -679,13 +772,13 @@ pub fn decide(
     // them would have rejected (enforcing it would have stopped the request there).
     let rejected = decision != Decision::Allowed;
     let mut reservations = Vec::new();
-    for (key, i, at, n, is_shadow) in charged {
+    for &(key, i, at, n, is_shadow) in &charged {
         let Some(limit) = cfg.limits.get(i) else {
             continue;
         };
         if rejected || (is_shadow && shadow.is_some()) {
             let rate = limiter.local_rate(limit.rate);
-            limiter.refund(store, key, at, rate, n);
+            limiter.refund(store, (key, i), at, rate, n);
             continue;
         }
         if let Some(f) = limiter.fleet.as_mut() {
@@ -700,6 +793,7 @@ pub fn decide(
             });
         }
     }
+    limiter.charged = charged;
     if let (Decision::Allowed, Some(over)) = (decision, shadow) {
         decision = Decision::ShadowLimited(over);
     }
@@ -1102,9 +1196,10 @@ mod tests {
             store,
             fp_key(fp),
             now,
-            &limit_of(rate),
+            (0, &limit_of(rate)),
             1,
             &policy,
+            false,
             false,
             &mut ev,
         );
@@ -1175,6 +1270,15 @@ mod tests {
         assert_eq!(charges.iter().filter(|(ok, _)| *ok).count(), 3);
     }
 
+    /// How many distinct slots key `fp`'s bucket may be in (host calls to find it new).
+    fn distinct_candidates(lim: &Limiter, fp: u64) -> u64 {
+        let store = MemStore::default();
+        assert!(lim.table().precreate(&store).is_ok());
+        store.calls.set(0);
+        let _ = lim.table().get(&store, fp_key(fp).fp, T0);
+        store.calls.get()
+    }
+
     #[test]
     fn cas_always_mismatching_falls_back_after_bounded_retries() {
         let (mut lim, store) = bare(8);
@@ -1184,9 +1288,9 @@ mod tests {
         let (ok, ev) = charge(&mut lim, &store, 9, T0, rate);
         assert!(ok);
         assert_eq!(ev.cas_exhausted, 1);
-        // 5 attempts (1 + cas_retries 4), each: get slot a (free), get slot b (to be sure
-        // the key does not already own it), one set.
-        assert_eq!(store.calls.get(), 15);
+        // 5 attempts (1 + cas_retries 4), each: a get of every distinct candidate (all free;
+        // each read to be sure the key owns none of them), one set.
+        assert_eq!(store.calls.get(), 5 * (distinct_candidates(&lim, 9) + 1));
         assert!(charge(&mut lim, &store, 9, T0, rate).0);
         assert!(!charge(&mut lim, &store, 9, T0, rate).0);
     }
@@ -1217,14 +1321,14 @@ mod tests {
         let at = at.expect("allowed");
         assert!(matches!(at, Placed::Shared(_)));
         assert!(!charge(&mut lim, &store, 5, T0, rate).0);
-        lim.refund(&store, fp_key(5), at, rate, 1);
+        lim.refund(&store, (fp_key(5), 0), at, rate, 1);
         assert!(charge(&mut lim, &store, 5, T0, rate).0);
 
         store.fault.set(Fault::Error);
         let (_, _, at) = charge_at(&mut lim, &store, 6, T0, rate);
         let at = at.expect("allowed");
         assert_eq!(at, Placed::Local(LocalPlace::Own));
-        lim.refund(&store, fp_key(6), at, rate, 1);
+        lim.refund(&store, (fp_key(6), 0), at, rate, 1);
         assert!(charge(&mut lim, &store, 6, T0, rate).0);
     }
 }

@@ -10,6 +10,7 @@
 //!   one) the Retry-After their key was given, and rejections made longer by escalation
 //!   (`escalated`);
 //! - `crawlguard.exempt`: exempt paths (decided before any classification);
+//! - `crawlguard.stats.flushes`: flushes of the counters below (see [`CounterBuffer`]);
 //! - `crawlguard.route.<route>.limited` (enforced and shadow);
 //! - `crawlguard.store.<event>`, event in [`STORE_EVENTS`]: shared-store trouble, each of
 //!   which fell back to the per-worker bucket;
@@ -19,6 +20,10 @@
 //!   `crawlguard.origin.<route>.<name>` ([`ORIGIN_GAUGES`]);
 //! - with fleet mode on, `crawlguard.fleet.<name>`: counters [`FLEET_COUNTERS`], gauges
 //!   [`FLEET_GAUGES`].
+//!
+//! Counters are added up in the worker's own memory ([`CounterBuffer`]) and handed to Envoy
+//! on the root context's tick, every [`STATS_FLUSH_MS`]: no host call per request for
+//! stats, at the price of counters that lag by up to one flush period.
 //!
 //! [`Metrics::define`] is the one list: [`names`] runs it with a recorder, the filter with
 //! the host's `define_metric`, so the names and the ids cannot drift.
@@ -38,6 +43,52 @@ pub const DECISIONS: [&str; 7] = [
     "shed",
     "shadow_shed",
 ];
+
+/// How often each worker hands its counted events to Envoy (the root tick), ms: the most
+/// the `crawlguard.*` counters in `/stats` lag behind the requests they count.
+pub const STATS_FLUSH_MS: u32 = 250;
+
+/// Counter increments kept in VM memory until the next flush: one entry per counter id
+/// touched since the last flush (at most the number of defined counters, so memory is
+/// bounded by configuration), found by a linear scan (a request touches one to three).
+/// Draining keeps the capacity, so a warm buffer allocates nothing per request.
+#[derive(Debug, Default)]
+pub struct CounterBuffer {
+    pending: Vec<(u32, u64)>,
+}
+
+impl CounterBuffer {
+    /// Adds `n` to counter `id` (saturating).
+    pub fn add(&mut self, id: u32, n: u64) {
+        match self.pending.iter_mut().find(|(i, _)| *i == id) {
+            Some((_, v)) => *v = v.saturating_add(n),
+            None => self.pending.push((id, n)),
+        }
+    }
+
+    /// What counter `id` has pending (0 when nothing).
+    pub fn pending(&self, id: u32) -> u64 {
+        self.pending
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map_or(0, |(_, v)| *v)
+    }
+
+    /// True when nothing is pending.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Hands every pending `(id, n)` with `n > 0` to `out` (the host's counter add), in
+    /// first-touched order, and empties the buffer.
+    pub fn flush(&mut self, out: &mut dyn FnMut(u32, u64)) {
+        for (id, n) in self.pending.drain(..) {
+            if n > 0 {
+                out(id, n);
+            }
+        }
+    }
+}
 
 /// What a metric is: a counter only goes up; a gauge is set to a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,6 +238,8 @@ pub struct RouteGauges {
 pub struct Metrics {
     class: [ClassCounters; Class::ALL.len()],
     exempt: Id,
+    /// `crawlguard.stats.flushes`: added to directly (not buffered) at each flush.
+    pub flushes: Id,
     route_limited: Vec<Id>,
     store: [Id; STORE_EVENTS.len()],
     verify: [Id; VerifyEvent::ALL.len()],
@@ -281,6 +334,7 @@ impl Metrics {
             .into_iter()
             .map(|code| (code, define(&format!("crawlguard.rewrite.status_{code}"))))
             .collect();
+        m.flushes = define("crawlguard.stats.flushes");
         m
     }
 
@@ -395,6 +449,39 @@ mod tests {
         (m, by_id)
     }
 
+    #[test]
+    fn buffered_counts_reach_the_host_only_at_a_flush_and_add_up_exactly() {
+        let mut b = CounterBuffer::default();
+        let mut host: HashMap<u32, u64> = HashMap::new();
+        for _ in 0..1000 {
+            b.add(7, 1);
+        }
+        b.add(9, 5);
+        b.add(7, 2);
+        // Nothing reached the host yet: counters lag until the flush.
+        assert!(host.is_empty());
+        assert_eq!(b.pending(7), 1002);
+        let mut calls = 0;
+        b.flush(&mut |id, n| {
+            calls += 1;
+            *host.entry(id).or_default() += n;
+        });
+        // One host call per counter touched, not per event.
+        assert_eq!(calls, 2);
+        assert_eq!(host.get(&7), Some(&1002));
+        assert_eq!(host.get(&9), Some(&5));
+        assert!(b.is_empty());
+        // Nothing pending: a flush makes no call; a warm buffer keeps its capacity.
+        let cap = b.pending.capacity();
+        b.flush(&mut |_, _| calls += 1);
+        assert_eq!(calls, 2);
+        b.add(7, 1);
+        assert_eq!(b.pending.capacity(), cap);
+        b.add(8, u64::MAX);
+        b.add(8, 1);
+        assert_eq!(b.pending(8), u64::MAX);
+    }
+
     fn hits(by_id: &HashMap<u32, String>, f: impl FnOnce(&mut dyn FnMut(u32))) -> Vec<String> {
         let mut out = Vec::new();
         f(&mut |id| out.push(by_id.get(&id).cloned().unwrap_or_default()));
@@ -406,7 +493,7 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 8 * 10 + 1 + 2 + 4 + 9 + 5 + 2);
+        assert_eq!(n.len(), 8 * 10 + 1 + 2 + 4 + 9 + 5 + 2 + 1);
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
         assert_eq!(n[4], "crawlguard.class.search_crawler.malformed");
         assert_eq!(n[5], "crawlguard.class.search_crawler.retry_after_ignored");
@@ -414,8 +501,12 @@ mod tests {
         assert_eq!(n[81], "crawlguard.route.api.limited");
         assert_eq!(n[82], "crawlguard.route.default.limited");
         assert_eq!(
-            n.last().map(String::as_str),
+            n.get(n.len() - 2).map(String::as_str),
             Some("crawlguard.rewrite.status_503")
+        );
+        assert_eq!(
+            n.last().map(String::as_str),
+            Some("crawlguard.stats.flushes")
         );
         let mut sorted = n.clone();
         sorted.sort();

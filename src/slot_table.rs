@@ -4,7 +4,11 @@
 //! Shared data has no delete and no TTL, so keys are hashed into a fixed number of slots
 //! (`<prefix><n>`); memory is bounded by configuration whatever the traffic. A slot records
 //! the 64-bit fingerprint of the key that owns it, so a collision is detected, never merged.
-//! Each key has two candidate slots (two-choice hashing). A slot owned by another key may be
+//! Each key has [`CANDIDATES`] candidate slots (d-choice hashing; measured in
+//! bench/results.md: with 1M new clients per ~90 s, 2 choices in 16,384 slots left 22% of
+//! decisions to the per-worker fallback). A key's slot is found by reading its candidates
+//! in order until one is its own, so a key that has one is usually found in one read; a key
+//! without one reads every candidate (it must not own another one before it takes a slot). A slot owned by another key may be
 //! taken when its value ranks lower than the value about to be written (see
 //! [`SlotValue::rank`]): a bucket that is full again, or an expired verdict, ranks 0 and
 //! carries no information.
@@ -40,16 +44,45 @@ const HEADER_LEN: usize = 9;
 /// Fingerprint of an unowned slot (pre-created slots).
 const NO_OWNER: u64 = 0;
 
-/// Where a key's value lives: candidate 0 or 1.
+/// Candidate slots per key.
+pub const CANDIDATES: usize = 4;
+
+/// Longest key prefix kept (a longer one is cut; every prefix in use is a short constant).
+const MAX_PREFIX_LEN: usize = 32;
+
+/// Where a key's value lives: its candidate number (0..[`CANDIDATES`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlotRef(u8);
 
-/// A table of `slots` shared-data keys `<prefix><n>` holding values of type `V`.
+impl SlotRef {
+    /// A key's first candidate.
+    pub const fn first() -> SlotRef {
+        SlotRef(0)
+    }
+}
+
+/// A table of `slots` shared-data keys `<prefix><n>` holding values of type `V`. Slot names
+/// are formatted on the stack when needed: the table itself is a few bytes per worker,
+/// whatever its slot count.
 #[derive(Debug, Clone)]
 pub struct SlotTable<V> {
-    keys: Vec<String>,
+    prefix: [u8; MAX_PREFIX_LEN],
+    prefix_len: usize,
+    slots: u32,
     cas_retries: u32,
     _value: PhantomData<fn() -> V>,
+}
+
+/// One slot's shared-data key, `<prefix><n>`, in a stack buffer (no allocation).
+struct SlotKey {
+    buf: [u8; MAX_PREFIX_LEN + 10],
+    len: usize,
+}
+
+impl SlotKey {
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(self.buf.get(..self.len).unwrap_or_default()).unwrap_or_default()
+    }
 }
 
 /// What one candidate slot holds, from the point of view of one key.
@@ -63,8 +96,19 @@ enum View<V> {
 impl<V: SlotValue> SlotTable<V> {
     /// `slots` (at least 1) keys named `<prefix><n>`; `cas_retries` extra attempts per update.
     pub fn new(prefix: &str, slots: u32, cas_retries: u32) -> SlotTable<V> {
+        // Cut on a char boundary so the key stays valid UTF-8.
+        let mut cut = prefix.len().min(MAX_PREFIX_LEN);
+        while !prefix.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let mut buf = [0u8; MAX_PREFIX_LEN];
+        if let (Some(dst), Some(src)) = (buf.get_mut(..cut), prefix.as_bytes().get(..cut)) {
+            dst.copy_from_slice(src);
+        }
         SlotTable {
-            keys: (0..slots.max(1)).map(|n| format!("{prefix}{n}")).collect(),
+            prefix: buf,
+            prefix_len: cut,
+            slots: slots.max(1),
             cas_retries,
             _value: PhantomData,
         }
@@ -72,12 +116,12 @@ impl<V: SlotValue> SlotTable<V> {
 
     /// Number of slots.
     pub fn len(&self) -> usize {
-        self.keys.len()
+        self.slots as usize
     }
 
     /// Always false (there is at least one slot).
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.slots == 0
     }
 
     /// Bytes of one encoded slot.
@@ -93,25 +137,67 @@ impl<V: SlotValue> SlotTable<V> {
         let empty = unowned::<V>();
         let empty = empty.get(..Self::slot_len()).unwrap_or_default();
         let mut created = 0;
-        for key in &self.keys {
-            if store.get(key)?.is_none() {
-                store.set(key, empty, 0)?;
+        for idx in 0..self.len() {
+            let key = self.key(idx);
+            if store.get(key.as_str())?.is_none() {
+                store.set(key.as_str(), empty, 0)?;
                 created += 1;
             }
         }
         Ok(created)
     }
 
-    /// The two candidate slot indexes of a fingerprint (equal when the table has one slot).
-    fn candidates(&self, fp: u64) -> [usize; 2] {
-        let n = self.keys.len().max(1) as u64;
-        let a = fp % n;
-        let b = (fp.rotate_left(32) ^ 0x9e37_79b9_7f4a_7c15) % n;
-        [a as usize, b as usize]
+    /// The candidate slot indexes of a fingerprint, each from its own mix of it (some may
+    /// be equal, always so when the table has one slot).
+    fn candidates(&self, fp: u64) -> [usize; CANDIDATES] {
+        let n = u64::from(self.slots.max(1));
+        let mut out = [0usize; CANDIDATES];
+        for (i, c) in out.iter_mut().enumerate() {
+            // splitmix64's finaliser over fp + i x golden ratio: independent-looking indexes.
+            let mut x = fp.wrapping_add((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            x ^= x >> 31;
+            *c = (x % n) as usize;
+        }
+        out
     }
 
-    fn key(&self, idx: usize) -> &str {
-        self.keys.get(idx).map(String::as_str).unwrap_or_default()
+    /// Slot `idx`'s shared-data key, formatted on the stack.
+    fn key(&self, idx: usize) -> SlotKey {
+        let mut k = SlotKey {
+            buf: [0u8; MAX_PREFIX_LEN + 10],
+            len: 0,
+        };
+        if let (Some(dst), Some(src)) = (
+            k.buf.get_mut(..self.prefix_len),
+            self.prefix.get(..self.prefix_len),
+        ) {
+            dst.copy_from_slice(src);
+        }
+        // Decimal digits of idx (< 2^32: at most 10), most significant first.
+        let mut digits = [0u8; 10];
+        let mut n = idx;
+        let mut count = 0;
+        loop {
+            if let Some(d) = digits.get_mut(count) {
+                *d = b'0' + (n % 10) as u8;
+            }
+            count += 1;
+            n /= 10;
+            if n == 0 || count == digits.len() {
+                break;
+            }
+        }
+        let mut len = self.prefix_len;
+        for d in digits.iter().take(count).rev() {
+            if let Some(b) = k.buf.get_mut(len) {
+                *b = *d;
+                len += 1;
+            }
+        }
+        k.len = len;
+        k
     }
 
     /// Reads one slot as seen by key `fp`, with its CAS. A slot that does not decode is not
@@ -124,7 +210,8 @@ impl<V: SlotValue> SlotTable<V> {
         fp: u64,
         now_ns: u64,
     ) -> Result<(View<V>, u32), StoreFault> {
-        let key = self.key(idx);
+        let slot_key = self.key(idx);
+        let key = slot_key.as_str();
         // Absent (not pre-created): free; a CAS-0 write creates it.
         let (bytes, cas) = store
             .get(key)
@@ -145,25 +232,32 @@ impl<V: SlotValue> SlotTable<V> {
         }
     }
 
-    /// Finds key `fp`'s slot: `(slot, its value if fp owns one, CAS)`, or the best slot a new
-    /// value could take with the rank of the occupant. The second candidate is read only
-    /// when the first is not ours, and a free first slot is taken only after checking that
-    /// `fp` does not already own the second (that would fork its value).
+    /// Finds key `fp`'s slot: `(candidate, its value if fp owns one, CAS)`, or the best
+    /// candidate a new value could take (the lowest-ranked occupant, the earliest on a tie)
+    /// with the rank of the occupant. Candidates are read in order and the search stops at
+    /// the key's own slot; a free slot is taken only after checking that `fp` owns none of
+    /// the others (that would fork its value).
     fn find(&self, store: &dyn SharedData, fp: u64, now_ns: u64) -> Result<Found<V>, StoreFault> {
-        let [a, b] = self.candidates(fp);
-        let (va, cas_a) = self.view(store, a, fp, now_ns)?;
-        let rank_a = match va {
-            View::Ours(v) => return Ok(Found::Ours(a, v, cas_a)),
-            View::Other(r) => r,
-        };
-        if a == b {
-            return Ok(Found::Vacant(a, rank_a, cas_a));
+        let cands = self.candidates(fp);
+        // (candidate number, slot index, occupant rank, CAS)
+        let mut best: Option<(u8, usize, u8, u32)> = None;
+        for (pos, &idx) in cands.iter().enumerate() {
+            if cands.get(..pos).is_some_and(|seen| seen.contains(&idx)) {
+                continue;
+            }
+            let pos = pos as u8;
+            match self.view(store, idx, fp, now_ns)? {
+                (View::Ours(v), cas) => return Ok(Found::Ours(SlotRef(pos), idx, v, cas)),
+                (View::Other(rank), cas) => {
+                    if best.is_none_or(|(_, _, r, _)| rank < r) {
+                        best = Some((pos, idx, rank, cas));
+                    }
+                }
+            }
         }
-        match self.view(store, b, fp, now_ns)? {
-            (View::Ours(v), cas_b) => Ok(Found::Ours(b, v, cas_b)),
-            (View::Other(rank_b), cas_b) if rank_b < rank_a => Ok(Found::Vacant(b, rank_b, cas_b)),
-            _ => Ok(Found::Vacant(a, rank_a, cas_a)),
-        }
+        // Candidate 0 is never skipped, so `best` is set; slot 0 is a harmless default.
+        let (pos, idx, rank, cas) = best.unwrap_or((0, 0, 0, 0));
+        Ok(Found::Vacant(SlotRef(pos), idx, rank, cas))
     }
 
     /// Key `fp`'s value at `now_ns` (`None`: it has none), without writing.
@@ -174,7 +268,7 @@ impl<V: SlotValue> SlotTable<V> {
         now_ns: u64,
     ) -> Result<Option<V>, StoreFault> {
         match self.find(store, key_fp(fp), now_ns)? {
-            Found::Ours(_, v, _) => Ok(Some(v)),
+            Found::Ours(_, _, v, _) => Ok(Some(v)),
             Found::Vacant(..) => Ok(None),
         }
     }
@@ -195,24 +289,24 @@ impl<V: SlotValue> SlotTable<V> {
     ) -> Result<(T, SlotRef), StoreFault> {
         let fp = key_fp(fp);
         for _ in 0..=self.cas_retries {
-            let (idx, current, cas, occupant_rank) = match self.find(store, fp, now_ns)? {
-                Found::Ours(idx, v, cas) => (idx, Some(v), cas, None),
-                Found::Vacant(idx, rank, cas) => (idx, None, cas, Some(rank)),
+            let (at, idx, current, cas, occupant_rank) = match self.find(store, fp, now_ns)? {
+                Found::Ours(at, idx, v, cas) => (at, idx, Some(v), cas, None),
+                Found::Vacant(at, idx, rank, cas) => (at, idx, None, cas, Some(rank)),
             };
             let (out, new) = f(current);
             let Some(new) = new else {
-                return Ok((out, self.slot_ref(fp, idx)));
+                return Ok((out, at));
             };
             if occupant_rank.is_some_and(|r| r > 0 && new.rank(now_ns) <= r) {
                 return Err(StoreFault::Collision);
             }
             let bytes = encode_slot(fp, &new);
             match store.set(
-                self.key(idx),
+                self.key(idx).as_str(),
                 bytes.get(..Self::slot_len()).unwrap_or_default(),
                 cas,
             ) {
-                Ok(()) => return Ok((out, self.slot_ref(fp, idx))),
+                Ok(()) => return Ok((out, at)),
                 Err(StoreError::CasMismatch) => continue,
                 Err(StoreError::Host(_)) => return Err(StoreFault::Store),
             }
@@ -231,10 +325,13 @@ impl<V: SlotValue> SlotTable<V> {
         mut f: impl FnMut(V) -> V,
     ) -> Result<(), StoreFault> {
         let fp = key_fp(fp);
-        let idx = self.candidates(fp)[usize::from(at.0 & 1)];
+        let cands = self.candidates(fp);
+        let Some(&idx) = cands.get(usize::from(at.0)) else {
+            return Err(StoreFault::Collision);
+        };
         for _ in 0..=self.cas_retries {
             let (bytes, cas) = store
-                .get(self.key(idx))
+                .get(self.key(idx).as_str())
                 .map_err(|_| StoreFault::Store)?
                 .unwrap_or_default();
             let Some((owner, Some(v))) = decode_slot::<V>(&bytes) else {
@@ -245,7 +342,7 @@ impl<V: SlotValue> SlotTable<V> {
             }
             let new = encode_slot(fp, &f(v));
             match store.set(
-                self.key(idx),
+                self.key(idx).as_str(),
                 new.get(..Self::slot_len()).unwrap_or_default(),
                 cas,
             ) {
@@ -255,11 +352,6 @@ impl<V: SlotValue> SlotTable<V> {
             }
         }
         Err(StoreFault::CasExhausted)
-    }
-
-    fn slot_ref(&self, fp: u64, idx: usize) -> SlotRef {
-        let [a, _] = self.candidates(fp);
-        SlotRef(u8::from(idx != a))
     }
 }
 
@@ -296,10 +388,11 @@ impl<V: SlotValue> StateStore<V> for SharedSlots<'_, V> {
 
 /// Result of [`SlotTable::find`].
 enum Found<V> {
-    /// The key owns slot `.0` with value `.1`; CAS `.2`.
-    Ours(usize, V, u32),
-    /// The key has no value; slot `.0` is the best candidate, its occupant ranks `.1`.
-    Vacant(usize, u8, u32),
+    /// The key owns candidate `.0` (slot `.1`) with value `.2`; CAS `.3`.
+    Ours(SlotRef, usize, V, u32),
+    /// The key has no value; candidate `.0` (slot `.1`) is the best one, its occupant ranks
+    /// `.2`; CAS `.3`.
+    Vacant(SlotRef, usize, u8, u32),
 }
 
 /// Fingerprint 0 means "unowned": a key hashing to 0 uses 1.
@@ -479,6 +572,62 @@ mod tests {
             t.replace_at(&s, 1, at, |c| Count(c.0 - 1)),
             Err(StoreFault::Collision)
         );
+    }
+
+    #[test]
+    fn a_new_key_takes_any_free_candidate_and_collides_only_when_all_are_taken() {
+        // 64 slots, keys that stay active (rank > 0): with four candidates each, keys keep
+        // finding room until the table is nearly full (two candidates fill about 3/4).
+        let (t, s) = table(64);
+        let mut placed = 0;
+        for fp in 1..=64u64 {
+            if add(&t, &s, fp.wrapping_mul(0x1234_5678_9abc_def1), 1).is_ok() {
+                placed += 1;
+            }
+        }
+        assert!(placed >= 56, "only {placed} of 64 keys found a slot");
+        // Each placed key is found again (wherever among its candidates it went), and its
+        // value is its own.
+        for fp in 1..=64u64 {
+            let key = fp.wrapping_mul(0x1234_5678_9abc_def1);
+            if let Ok(Some(Count(v))) = t.get(&s, key, 0) {
+                assert_eq!(v, 1);
+                assert_eq!(add(&t, &s, key, 1), Ok(2));
+            }
+        }
+    }
+
+    #[test]
+    fn an_existing_key_is_found_without_reading_later_candidates() {
+        let (t, s) = table(1 << 16);
+        assert_eq!(add(&t, &s, 42, 1), Ok(1));
+        s.calls.set(0);
+        // The key took its first candidate (all were free): one read + one write.
+        assert_eq!(add(&t, &s, 42, 1), Ok(2));
+        assert_eq!(s.calls.get(), 2);
+        // A new key reads all four candidates, then writes one.
+        s.calls.set(0);
+        assert_eq!(add(&t, &s, 43, 1), Ok(1));
+        assert_eq!(s.calls.get(), CANDIDATES as u64 + 1);
+    }
+
+    #[test]
+    fn slot_keys_are_prefix_and_decimal_index() {
+        let t: SlotTable<Count> = SlotTable::new("cg:b:", 1 << 20, 0);
+        for (idx, want) in [
+            (0, "cg:b:0"),
+            (7, "cg:b:7"),
+            (10, "cg:b:10"),
+            (1_048_575, "cg:b:1048575"),
+        ] {
+            assert_eq!(t.key(idx).as_str(), want);
+        }
+        let t: SlotTable<Count> = SlotTable::new(&"p".repeat(40), 4, 0);
+        assert_eq!(
+            t.key(3).as_str(),
+            format!("{}3", "p".repeat(MAX_PREFIX_LEN))
+        );
+        assert_eq!(t.key(usize::MAX).as_str().len(), MAX_PREFIX_LEN + 10);
     }
 
     #[test]

@@ -4,8 +4,9 @@
 
 use crate::header_map;
 use crate::host::{Callout, ContextId, Host, HostError, LocalReply};
-use crate::metrics::MetricKind;
+use crate::metrics::{CounterBuffer, MetricKind};
 use crate::store::{SharedData, StoreError};
+use std::cell::RefCell;
 
 // Status values of the proxy-wasm ABI 0.2.1.
 const OK: u32 = 0;
@@ -178,6 +179,32 @@ impl SharedData for HostStore {
     }
 }
 
+thread_local! {
+    /// This VM's counter increments since the last flush (a VM runs on one thread).
+    static PENDING: RefCell<CounterBuffer> = RefCell::new(CounterBuffer::default());
+}
+
+/// Adds `n` to host counter `id` now; errors are ignored (stats never fail a request).
+fn increment_metric(id: u32, n: u64) {
+    let n = i64::try_from(n).unwrap_or(i64::MAX);
+    // SAFETY: plain values.
+    let _ = unsafe { proxy_increment_metric(id, n) };
+}
+
+/// Hands the counted events to Envoy (one host call per counter touched since the last
+/// flush), then adds 1 to `flushes` (`crawlguard.stats.flushes`, so a reader can tell that
+/// a flush happened after the requests it sent). Called on every root tick.
+pub fn flush_counters(flushes: Option<u32>) {
+    PENDING.with(|p| {
+        if let Ok(mut p) = p.try_borrow_mut() {
+            p.flush(&mut increment_metric);
+        }
+    });
+    if let Some(id) = flushes {
+        increment_metric(id, 1);
+    }
+}
+
 /// Defines a counter or gauge; `None` on any host error.
 pub fn define_metric(name: &str, kind: MetricKind) -> Option<u32> {
     let mut id = 0u32;
@@ -336,9 +363,12 @@ impl Host for WasmHost {
     }
 
     fn add_to_counter(&mut self, id: u32, n: u64) {
-        let n = i64::try_from(n).unwrap_or(i64::MAX);
-        // SAFETY: plain values. Errors are ignored: stats never fail a request.
-        let _ = unsafe { proxy_increment_metric(id, n) };
+        // Kept in VM memory until the root tick's flush (`flush_counters`): no host call
+        // per request. If the buffer is busy (it never is: one thread per VM), count now.
+        let buffered = PENDING.with(|p| p.try_borrow_mut().map(|mut p| p.add(id, n)).is_ok());
+        if !buffered {
+            increment_metric(id, n);
+        }
     }
 
     fn set_gauge(&mut self, id: u32, value: u64) {

@@ -9,7 +9,7 @@ use crate::fleet::{self, SyncState};
 use crate::flights::Flights;
 use crate::host::Host;
 use crate::limiter::Limiter;
-use crate::metrics::{Metrics, VerifyEvent};
+use crate::metrics::{Metrics, VerifyEvent, STATS_FLUSH_MS};
 use crate::origin_health::{self, Tally};
 use crate::request::{self, Handle};
 use crate::shedding;
@@ -281,22 +281,23 @@ impl Worker {
         }
     }
 
-    /// The root tick period this configuration needs, ms (`None`: no tick): a second for
-    /// shedding and the verifier's safety net, the sync interval if fleet mode syncs more
+    /// The root tick period this configuration needs, ms: the stats flush
+    /// ([`STATS_FLUSH_MS`]; shedding and the verifier's safety net need a second, and run
+    /// on the tick when a second is due), or the sync interval if fleet mode syncs more
     /// often.
-    pub fn tick_period_ms(cfg: &Config) -> Option<u32> {
-        let second = (cfg.verifier.enabled || cfg.shedding.enabled).then_some(TICK_MS);
+    pub fn tick_period_ms(cfg: &Config) -> u32 {
         let fleet = cfg.fleet.enabled.then_some(cfg.fleet.sync_interval_ms);
-        match (second, fleet) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        fleet.map_or(STATS_FLUSH_MS, |f| f.min(STATS_FLUSH_MS))
     }
 
     /// Root: periodic tick: fleet sync, shedding (about once a second), and the safety net
     /// that resumes requests whose deadline passed.
     pub fn on_tick(&self, host: &mut dyn Host) {
-        let tick_ns = u64::from(Self::tick_period_ms(&self.cfg).unwrap_or(TICK_MS)) * 1_000_000;
+        let tick_ns = u64::from(Self::tick_period_ms(&self.cfg)) * 1_000_000;
+        // Unspent leased tokens go back to their buckets every tick (crate::lease).
+        if let Ok(mut l) = self.limiter.try_borrow_mut() {
+            l.return_leases(host.shared_data());
+        }
         if let Some(now) = host.now_ns() {
             if self.cfg.fleet.enabled {
                 fleet::tick(self, host, now, tick_ns);
@@ -322,6 +323,9 @@ impl Worker {
 
     /// Root: the root context goes away; nothing may stay paused.
     pub fn on_root_done(&self, host: &mut dyn Host) {
+        if let Ok(mut l) = self.limiter.try_borrow_mut() {
+            l.return_leases(host.shared_data());
+        }
         let now = host.now_ns().unwrap_or(0);
         let resumed = verification::drain(self, host, now);
         self.resume(host, resumed);

@@ -692,3 +692,98 @@ fn two_workers_share_one_level() {
     assert_eq!(shed_now(&mut a), (true, false, false));
     assert_eq!(shed_now(&mut b), (true, false, false));
 }
+
+/// The bench's cg_allow layout: a per-IP limit and a global one, both matching a browser,
+/// both far from empty.
+const ALLOW_LAYOUT: &str = r#"{"limits":[
+  {"name":"human_per_ip","class":"human","route":"*","rate_per_s":1000000,"burst":1000000,"key":"client_ip"},
+  {"name":"all_global","class":"*","route":"*","rate_per_s":1000000,"burst":1000000,"key":"global"}]}"#;
+
+/// The allow path's host calls (bench/profile.md). Each call listed here is one proxy-wasm
+/// crossing in the module; counters make none (they are flushed on the root tick), the
+/// class header is set with one replace call, and while both buckets are far from empty the
+/// worker spends leased tokens: one read + one compare-and-swap write per limit once every
+/// 17 requests (1 charged + a lease of 16), none in between.
+#[test]
+fn the_allow_path_makes_six_host_calls_and_a_shared_round_trip_every_17_requests() {
+    let mut p = FakeProxy::new(ALLOW_LAYOUT, T0);
+    // A first request puts both buckets in their slots and takes the first leases.
+    let (ctx, _) = p.get("/page", CHROME, G);
+    p.respond(ctx, &[(":status", "200")], false);
+    p.host.host_calls.clear();
+    p.host.store.calls.set(0);
+    let (ctx, step) = p.get("/page", CHROME, G);
+    assert_eq!(step, Step::Continue);
+    p.respond(ctx, &[(":status", "200")], false);
+    assert_eq!(
+        p.host.host_calls,
+        [
+            "get request header :path",
+            "get property source.address",
+            "get request header user-agent",
+            "now",
+            "replace request header x-crawler-class",
+            "get response header :status",
+        ]
+    );
+    // Requests 2..=35: leases run out at requests 18 and 35, each time one read and one
+    // write per limit.
+    assert_eq!(p.host.store.calls.get(), 0);
+    for _ in 3..=35 {
+        let (ctx, step) = p.get("/page", CHROME, G);
+        assert_eq!(step, Step::Continue);
+        p.respond(ctx, &[(":status", "200")], false);
+    }
+    assert_eq!(p.host.store.calls.get(), 2 * 4);
+    assert_eq!(p.counter("crawlguard.class.human.allowed"), 35);
+}
+
+/// Leases never admit more than the shared bucket holds: two workers of one Envoy take
+/// turns on one global bucket (burst 1280: leases of 16 while at least 656 tokens stay)
+/// until both reject; exactly 1280 are admitted, and a tick gives unspent leases back.
+#[test]
+fn leased_tokens_come_out_of_the_shared_bucket_so_the_limit_stays_exact() {
+    let cfg = r#"{"limits":[{"name":"one","class":"*","route":"*","rate_per_s":0.001,"burst":1280,"key":"global"}]}"#;
+    let mut a = FakeProxy::new(cfg, T0);
+    let store = a.host.store.clone();
+    let mut b = FakeProxy::with_config(
+        crawlguard::config::parse(cfg.as_bytes()).expect("valid"),
+        T0,
+        store,
+    );
+    let mut admitted = 0;
+    let mut rejected_in_a_row = 0;
+    for i in 0.. {
+        let p = if i % 3 == 0 { &mut b } else { &mut a };
+        let (_, step) = p.get("/", CHROME, G);
+        if step == Step::Continue {
+            admitted += 1;
+            rejected_in_a_row = 0;
+        } else {
+            rejected_in_a_row += 1;
+            if rejected_in_a_row > 4 {
+                break;
+            }
+        }
+        assert!(i < 5000, "never stopped admitting");
+    }
+    assert_eq!(admitted, 1280);
+
+    // A lease left unspent goes back on the tick: one request takes 1 + 16 tokens; after
+    // the tick the other worker sees every token but that one.
+    let mut a = FakeProxy::new(cfg, T0);
+    let store = a.host.store.clone();
+    let mut b = FakeProxy::with_config(
+        crawlguard::config::parse(cfg.as_bytes()).expect("valid"),
+        T0,
+        store,
+    );
+    assert_eq!(a.get("/", CHROME, G).1, Step::Continue);
+    a.tick();
+    let mut n = 0;
+    while b.get("/", CHROME, G).1 == Step::Continue {
+        n += 1;
+        assert!(n <= 1280, "over the limit");
+    }
+    assert_eq!(n, 1279);
+}

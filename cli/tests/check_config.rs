@@ -76,7 +76,7 @@ fn every_shipped_example_and_istio_file() {
         text(&out.stdout).trim_end(),
         format!(
             "{}: WasmPlugin crawlguard (spec.pluginConfig): ok (mode enforce, 9 limits, 0 routes, \
-             161 bots, 16384 bucket slots, verifier cluster \
+             161 bots, 65536 bucket slots, verifier cluster \
              \"outbound|9090||crawlguard-sidecar.crawlguard-system.svc.cluster.local\")",
             root().join("envoy/istio/wasmplugin.yaml").display()
         )
@@ -192,7 +192,7 @@ fn load_warnings_are_printed_one_line_each_and_do_not_fail() {
     assert_eq!(
         text(&out.stdout),
         format!(
-            "{f}: configuration: ok (mode enforce, 1 limits, 0 routes, 161 bots, 16384 bucket \
+            "{f}: configuration: ok (mode enforce, 1 limits, 0 routes, 161 bots, 65536 bucket \
              slots, verifier cluster \"crawlguard_verifier\")\n\
              {f}: configuration: configuration warning: limits[0].rate_per_s: limit \
              \"slow_scripts\" refills one token every 100 s (1 / rate_per_s), longer than \

@@ -78,11 +78,23 @@ body_bytes() { wc -c <"$TMP/b"; }
 in_range() { [[ "$1" =~ ^[0-9]+$ ]] && (("$1" >= $2 && "$1" <= $3)); }
 # counter NAME [ADMIN_URL]: a crawlguard counter or gauge from an Envoy's admin (replica A's
 # by default), without the `wasmcustom.` prefix; 0 if absent.
-counter() {
+# crawlguard counts in VM memory and flushes to Envoy every 250 ms per VM: the value is read
+# after `crawlguard.stats.flushes` (one per VM flush) went up by 8 (every VM of an Envoy of up
+# to 3 workers, plus the main thread's, flushed at least once since the call), at most 10 s.
+raw_counter() {
     local v
     v="$(curl -sS --max-time 5 "${2:-$ADMIN}/stats?filter=crawlguard" |
         awk -F': ' -v n="wasmcustom.$1" '$1 == n { print $2 }')"
     echo "${v:-0}"
+}
+counter() {
+    local start i
+    start="$(raw_counter crawlguard.stats.flushes "${2:-}")"
+    for ((i = 0; i < 100; i++)); do
+        (("$(raw_counter crawlguard.stats.flushes "${2:-}")" >= start + 8)) && break
+        sleep 0.1
+    done
+    raw_counter "$1" "${2:-}"
 }
 # metric URL SERIES: a sample of a sidecar's /metrics (SERIES with its labels); 0 if absent.
 metric() {

@@ -30,6 +30,8 @@ pub struct Envoy {
     ports: Ports,
     admin: reqwest::Client,
     lds: Option<LdsFile>,
+    /// `--concurrency`: worker threads, each with its own VM and stats flush.
+    concurrency: u32,
 }
 
 impl Envoy {
@@ -92,10 +94,10 @@ impl Envoy {
             .as_ref()
             .expect("push_filter_config needs EnvoyOpts::lds()");
         let stat = |s: &HashMap<String, u64>, k: &str| s.get(k).copied().unwrap_or(0);
-        let before = self.stats().await;
+        let before = self.stats_now().await;
         lds.write(&cfg.into());
         let outcome = poll_until(READY_DEADLINE, || async {
-            let now = self.stats().await;
+            let now = self.stats_now().await;
             if stat(&now, REJECTED) > stat(&before, REJECTED) {
                 return Some(Err(self.log()));
             }
@@ -168,6 +170,7 @@ impl Envoy {
             ports,
             admin,
             lds,
+            concurrency: opts.concurrency,
         }
     }
 
@@ -249,8 +252,37 @@ impl Envoy {
             .unwrap_or_else(|e| panic!("admin {path} body: {e}"))
     }
 
-    /// Every counter and gauge from the admin `/stats?format=json` (histograms skipped).
+    /// Every counter and gauge from the admin `/stats?format=json` (histograms skipped),
+    /// read after every crawlguard VM has flushed its counters at least once since the
+    /// call: crawlguard counts in VM memory and hands the counts to Envoy on each root tick
+    /// (README, "Operating it": the counters lag by up to `metrics::STATS_FLUSH_MS`), so
+    /// a read right after a response could miss the requests just answered.
     pub async fn stats(&self) -> HashMap<String, u64> {
+        self.wait_for_flush().await;
+        self.stats_now().await
+    }
+
+    /// Waits until `crawlguard.stats.flushes` (one per flush of one VM: each worker's, and
+    /// the main thread's) has gone up by two per VM since the call, so that every VM, each
+    /// on its own 250 ms timer, has flushed after the requests sent before the call.
+    /// Returns at once when Envoy has no crawlguard filter (the counter does not exist);
+    /// gives up after 10 s (a test that stops the VMs reads what was flushed).
+    pub async fn wait_for_flush(&self) {
+        let name = format!("{WASM_STATS_PREFIX}crawlguard.stats.flushes");
+        let Some(start) = self.stats_now().await.get(&name).copied() else {
+            return;
+        };
+        let vms = u64::from(self.concurrency) + 1;
+        let _ = poll_until(Duration::from_secs(10), || async {
+            let now = self.stats_now().await.get(&name).copied().unwrap_or(0);
+            (now >= start + 2 * vms).then_some(())
+        })
+        .await;
+    }
+
+    /// Every counter and gauge as Envoy has them now (crawlguard's may lag, see
+    /// [`Envoy::stats`]).
+    pub async fn stats_now(&self) -> HashMap<String, u64> {
         let text = self.admin_get("/stats?format=json").await;
         let body: serde_json::Value = serde_json::from_str(&text).expect("admin /stats JSON");
         let mut out = HashMap::new();
@@ -260,6 +292,12 @@ impl Envoy {
             }
         }
         out
+    }
+
+    /// One stat as Envoy has it now, without waiting for a flush: for gauges (set directly,
+    /// never buffered) and for polling loops, which wait anyway.
+    pub async fn stat_now(&self, name: &str) -> Option<u64> {
+        self.stats_now().await.get(name).copied()
     }
 
     /// One stat by its full admin name (e.g. `wasmcustom.crawlguard.class.human.allowed`);
@@ -277,8 +315,9 @@ impl Envoy {
         what: &str,
         ok: impl Fn(u64) -> bool,
     ) -> u64 {
+        // Polling already waits: read without waiting for a flush each time.
         let value = poll_until(timeout, || async {
-            let v = self.stat(name).await.unwrap_or(0);
+            let v = self.stats_now().await.get(name).copied().unwrap_or(0);
             ok(v).then_some(v)
         })
         .await;
@@ -321,12 +360,13 @@ impl Envoy {
     }
 
     /// The crawlguard counters whose name starts with `prefix` (e.g. `crawlguard.rewrite.`)
-    /// and that are not zero, keyed by the rest of the name.
+    /// and that are not zero, keyed by the rest of the name; `crawlguard.stats.flushes`
+    /// (bookkeeping of the counters themselves, not an event) is left out.
     pub async fn nonzero_counters(&self, prefix: &str) -> BTreeMap<String, u64> {
         self.crawlguard_stats()
             .await
             .into_iter()
-            .filter(|(_, v)| *v > 0)
+            .filter(|(k, v)| *v > 0 && k != "crawlguard.stats.flushes")
             .filter_map(|(k, v)| k.strip_prefix(prefix).map(|rest| (rest.to_string(), v)))
             .collect()
     }

@@ -117,7 +117,9 @@ impl Fleet {
     async fn each(&self, name: &str) -> Vec<u64> {
         let mut out = Vec::new();
         for e in &self.envoys {
-            out.push(e.stat(&format!("wasmcustom.{name}")).await.unwrap_or(0));
+            // Polled (wait_resumed) and timed: read as Envoy has it now (the root context
+            // flushes its counters when a sync answer arrives).
+            out.push(e.stat_now(&format!("wasmcustom.{name}")).await.unwrap_or(0));
         }
         out
     }

@@ -92,8 +92,9 @@ async fn until(
 ) -> Duration {
     let t0 = Instant::now();
     loop {
+        // A gauge (never buffered), polled and timed: read it as Envoy has it now.
         let level = envoy
-            .stat("wasmcustom.crawlguard.shed.default.level")
+            .stat_now("wasmcustom.crawlguard.shed.default.level")
             .await
             .unwrap_or(0);
         let statuses = *last.lock().unwrap();

@@ -123,7 +123,7 @@ impl Default for ClientIpConfig {
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
-            slots: 16_384,
+            slots: 65_536,
             cas_retries: 8,
             hash_seed: 0x6372_6177_6c67_7561,
             fallback_buckets: 10_000,

@@ -218,8 +218,9 @@ pub struct Route {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
-    /// Number of shared-data slots for buckets (1..=1048576). Memory is about
-    /// `slots x 100` bytes per Envoy, whatever the number of clients.
+    /// Number of shared-data slots for buckets (1..=1048576), four candidates per key.
+    /// Memory is about `slots x 144` bytes per Envoy (measured), whatever the number of
+    /// clients.
     pub slots: u32,
     /// Extra attempts after a CAS mismatch before falling back to the local bucket (0..=32).
     pub cas_retries: u32,

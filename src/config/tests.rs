@@ -19,7 +19,7 @@ fn empty_document_is_the_embedded_default() {
         c.exempt_paths,
         vec!["/robots.txt", "/sitemap.xml", "/sitemap_index.xml"]
     );
-    assert_eq!(c.store.slots, 16_384);
+    assert_eq!(c.store.slots, 65_536);
     assert!(!c.classifier.entries().is_empty());
 }
 
