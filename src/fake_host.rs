@@ -317,6 +317,12 @@ impl FakeProxy {
         Self::with_config(cfg, now_ns, Rc::new(MemStore::default()))
     }
 
+    /// Another worker of the same Envoy: the same configuration, the same shared store, its
+    /// own VM state, at `now_ns`.
+    pub fn second_worker(&self, now_ns: u64) -> FakeProxy {
+        FakeProxy::with_config(self.worker.cfg.clone(), now_ns, self.host.store.clone())
+    }
+
     /// A worker for `cfg` over an existing shared store (e.g. a second worker of the same
     /// Envoy: give it a clone of the first one's store handle).
     pub fn with_config(cfg: Config, now_ns: u64, store: Rc<MemStore>) -> FakeProxy {

@@ -3,9 +3,10 @@
 //! requests without a shared-data round trip. Near empty there are no leases, so every
 //! admission is decided on the shared bucket, exactly as without them.
 //!
-//! Why this keeps the limit exact: a leased token is taken from the shared bucket before it
-//! is spent, so no request is ever admitted without a token of the shared bucket (never
-//! more than `burst + rate x t`). What a lease can cost is the other way round: tokens a
+//! Why this keeps the limit: a leased token is taken from the shared bucket before it is
+//! spent, so no request is ever admitted without a token of the shared bucket (from the
+//! bucket's start, never more than `burst + rate x t`). What a lease can cost is the other
+//! way round: tokens a
 //! worker holds but does not spend are missing from the shared bucket until the worker gives
 //! them back on its next root tick (every `metrics::STATS_FLUSH_MS`), and a lease is spent
 //! only within that time of being taken. The one thing a lease loosens: leased tokens are

@@ -745,12 +745,7 @@ fn the_allow_path_makes_six_host_calls_and_a_shared_round_trip_every_17_requests
 fn leased_tokens_come_out_of_the_shared_bucket_so_the_limit_stays_exact() {
     let cfg = r#"{"limits":[{"name":"one","class":"*","route":"*","rate_per_s":0.001,"burst":1280,"key":"global"}]}"#;
     let mut a = FakeProxy::new(cfg, T0);
-    let store = a.host.store.clone();
-    let mut b = FakeProxy::with_config(
-        crawlguard::config::parse(cfg.as_bytes()).expect("valid"),
-        T0,
-        store,
-    );
+    let mut b = a.second_worker(T0);
     let mut admitted = 0;
     let mut rejected_in_a_row = 0;
     for i in 0.. {
@@ -772,12 +767,7 @@ fn leased_tokens_come_out_of_the_shared_bucket_so_the_limit_stays_exact() {
     // A lease left unspent goes back on the tick: one request takes 1 + 16 tokens; after
     // the tick the other worker sees every token but that one.
     let mut a = FakeProxy::new(cfg, T0);
-    let store = a.host.store.clone();
-    let mut b = FakeProxy::with_config(
-        crawlguard::config::parse(cfg.as_bytes()).expect("valid"),
-        T0,
-        store,
-    );
+    let mut b = a.second_worker(T0);
     assert_eq!(a.get("/", CHROME, G).1, Step::Continue);
     a.tick();
     let mut n = 0;
