@@ -43,16 +43,14 @@ build-sidecar: setup-rust
 run: setup build build-sidecar
 	@scripts/run.sh
 
-## test: host tests of the workspace (unit, property, real-data), the real-Envoy tests in
-## integration/, a bounded fuzz run of every parser (FUZZ_SECONDS per target), then the
-## docker-compose suite offline under podman (scripts/compose-test.sh, debug binaries)
+## test: four stages, each run even after an earlier one failed (scripts/test-stages.sh):
+## host tests of the workspace (unit, property, real-data), the real-Envoy tests in
+## integration/, a bounded fuzz run of every parser (FUZZ_SECONDS per target), the
+## docker-compose suite offline under podman (scripts/compose-test.sh, debug binaries);
+## then one line per stage and `N passed, N failed`; fails if any stage failed
 FUZZ_SECONDS ?= 10
-# --no-fail-fast: one failing suite does not hide the ones after it.
 test: setup build
-	$(CARGO) test --workspace --exclude crawlguard-integration --no-fail-fast
-	$(CARGO) test -p crawlguard-integration --no-fail-fast -- --test-threads=$(TEST_THREADS)
-	scripts/fuzz.sh $(FUZZ_SECONDS)
-	CARGO="$(CARGO)" CG_PROFILE=debug scripts/compose-test.sh
+	CARGO="$(CARGO)" TEST_THREADS=$(TEST_THREADS) FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/test-stages.sh
 
 ## fuzz: longer fuzzing, e.g. make fuzz FUZZ_SECONDS=600
 fuzz: setup-rust

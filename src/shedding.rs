@@ -87,6 +87,14 @@ pub fn key(route: &str) -> String {
     format!("{LEVEL_PREFIX}{route}")
 }
 
+/// Reads the route's shared level as it is now (no step): what a worker applies on every
+/// root tick between its once-a-second judgements, so that every worker sheds within one
+/// tick of the level changing. A missing or unreadable entry is level 0.
+pub fn read(store: &dyn SharedData, key: &str) -> Result<ShedLevel, StoreError> {
+    let (bytes, _) = store.get(key)?.unwrap_or_default();
+    Ok(ShedLevel::decode(&bytes).unwrap_or_default())
+}
+
 /// Reads the route's shared level and moves it one step if due (compare-and-swap: when
 /// several workers judge the same second, one step counts). Returns the level in force and,
 /// when this worker moved it, the level before.

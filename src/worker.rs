@@ -277,7 +277,35 @@ impl Worker {
             h.resize(tallies.len(), Tally::default());
         }
         if let Ok(mut l) = self.shed_levels.try_borrow_mut() {
+            for (i, (was, now)) in l.iter().zip(&levels).enumerate() {
+                if was != now {
+                    log_level_applied(self.cfg.route_name(i), *now);
+                }
+            }
             *l = levels;
+        }
+    }
+
+    /// Root tick between two shedding judgements: applies each route's shared level as
+    /// another worker may have moved it, so every worker sheds within one tick
+    /// ([`STATS_FLUSH_MS`]) of a level change, not within a second. One shared-data read
+    /// per route; a failed read keeps the level in force.
+    fn apply_shared_shed_levels(&self, host: &mut dyn Host) {
+        let Ok(mut levels) = self.shed_levels.try_borrow_mut() else {
+            return;
+        };
+        for (i, level) in levels.iter_mut().enumerate() {
+            let route = self.cfg.route_name(i);
+            let Ok(now) = shedding::read(host.shared_data(), &shedding::key(route)) else {
+                continue;
+            };
+            if now.level != *level {
+                *level = now.level;
+                log_level_applied(route, now.level);
+                if let Some(id) = self.metrics.route_gauges.get(i).and_then(|g| g.level) {
+                    host.set_gauge(id, u64::from(now.level));
+                }
+            }
         }
     }
 
@@ -306,9 +334,13 @@ impl Worker {
             let second_due = self.last_shedding_ns.get().is_none_or(|t| {
                 now.saturating_add(tick_ns / 2) >= t.saturating_add(u64::from(TICK_MS) * 1_000_000)
             });
-            if self.cfg.shedding.enabled && second_due {
-                self.last_shedding_ns.set(Some(now));
-                self.shedding_tick(host, now);
+            if self.cfg.shedding.enabled {
+                if second_due {
+                    self.last_shedding_ns.set(Some(now));
+                    self.shedding_tick(host, now);
+                } else {
+                    self.apply_shared_shed_levels(host);
+                }
             }
         }
         let empty = self.flights.try_borrow().map_or(true, |f| f.is_empty());
@@ -340,6 +372,12 @@ impl Worker {
             request::resume(self, host, &r.waiter, r.class);
         }
     }
+}
+
+/// Logs, at debug level, that this worker now applies level `level` on `route` (each worker
+/// logs its own line, so a test can see every worker take a change).
+fn log_level_applied(route: &str, level: u8) {
+    log::debug!("shedding route={route}: this worker applies level {level}");
 }
 
 /// Logs a shed level change at warn level: the route, the levels, the classes now shed, and

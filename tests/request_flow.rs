@@ -693,6 +693,27 @@ fn two_workers_share_one_level() {
     assert_eq!(shed_now(&mut b), (true, false, false));
 }
 
+/// README, "Shedding": every worker sheds within one root tick (250 ms) of the level
+/// changing. Worker b judged its second just before worker a moved the level; its next
+/// tick, 250 ms later and not a judgement, applies a's level.
+#[test]
+fn every_worker_applies_a_new_level_on_its_next_tick() {
+    let mut a = FakeProxy::new(&format!("{{{SHED}}}"), T0);
+    let mut b = a.second_worker(T0);
+    traffic(&mut a, 10, 500, "200");
+    a.advance(S);
+    b.advance(S);
+    b.tick();
+    a.tick();
+    assert_eq!(shed_now(&mut a), (true, false, false));
+    // Between b's tick and a's step: b still has level 0.
+    assert_eq!(shed_now(&mut b), (false, false, false));
+    b.advance(250 * MS);
+    b.tick();
+    assert_eq!(shed_now(&mut b), (true, false, false));
+    assert_eq!(b.host.gauge("crawlguard.shed.default.level"), Some(1));
+}
+
 /// The bench's cg_allow layout: a per-IP limit and a global one, both matching a browser,
 /// both far from empty.
 const ALLOW_LAYOUT: &str = r#"{"limits":[

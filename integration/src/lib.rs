@@ -46,7 +46,7 @@ pub use envoy::{Envoy, WASM_STATS_PREFIX};
 pub use envoy_config::{EnvoyOpts, ExternalUpstream, FakeVerdict, UpstreamProtocol};
 pub use filter_config::{FilterConfig, Limit, NO_REFILL_PER_S};
 pub use paths::{envoy_bin, repo_root, test_upstream_bin, wasm_path};
-pub use process::{NotReady, Process};
+pub use process::{poll_until, NotReady, Process};
 pub use raw_http1::{raw, raw_request, raw_statuses, RawHeaders, RawHttp1};
 pub use redis::{
     redis_cmd, redis_cmd_auth, redis_server_bin, Redis, RedisOpts, RedisReply, RedisTls, SlowProxy,

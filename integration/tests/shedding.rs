@@ -195,6 +195,18 @@ async fn a_slow_origin_sheds_ai_trainers_then_scripts_and_recovers_level_by_leve
     assert!(envoy.log().contains("shedding route=default level 2 -> 1"));
 }
 
+/// The debug line each worker's VM logs when it starts applying a shed level (README,
+/// "Shedding": every worker sheds within one root tick of the level changing).
+const APPLIES: &str = "shedding route=default: this worker applies level ";
+
+/// Envoy's default log line `[time][thread][level][logger] ...`: the thread id and the time.
+fn thread_and_time(line: &str) -> Option<(&str, &str)> {
+    let mut fields = line.split(']').map(|f| f.trim_start_matches('['));
+    let time = fields.next()?;
+    let thread = fields.next()?;
+    Some((thread, time))
+}
+
 #[tokio::test]
 async fn an_origin_answering_5xx_sheds_too_and_both_workers_see_one_level() {
     let (envoy, up) = start("enforce", 2).await;
@@ -211,9 +223,31 @@ async fn an_origin_answering_5xx_sheds_too_and_both_workers_see_one_level() {
         |l, s| l >= 1 && s[3] == 503,
     )
     .await;
-    // Ten GPTBot requests on ten connections (spread over both workers): all shed. The
+    // The first worker's 503 says nothing of the other's: wait until every VM (two workers
+    // and the main thread's) has logged that it applies a level that sheds ai_trainer. The
     // origin keeps failing meanwhile, so the level cannot fall back however slowly this
-    // machine runs them (it can only rise, and a higher level still sheds ai_trainer).
+    // machine runs (it can only rise, and a higher level still sheds ai_trainer).
+    let vms = 3;
+    let applied = crawlguard_integration::poll_until(Duration::from_secs(10), || async {
+        let log = envoy.log();
+        let mut threads: Vec<(String, String)> = Vec::new();
+        for line in log.lines().filter(|l| l.contains(APPLIES)) {
+            let level_ok = line
+                .rsplit(APPLIES)
+                .next()
+                .is_some_and(|l| l.trim() != "0");
+            if let (true, Some((thread, time))) = (level_ok, thread_and_time(line)) {
+                if !threads.iter().any(|(t, _)| t == thread) {
+                    threads.push((thread.to_string(), time.to_string()));
+                }
+            }
+        }
+        (threads.len() >= vms).then_some(threads)
+    })
+    .await
+    .unwrap_or_else(|| panic!("not every VM applied the level within 10 s:\n{}", envoy.log()));
+    eprintln!("each VM's first shedding line (thread, time): {applied:?}");
+    // Ten GPTBot requests on ten connections (spread over both workers): all shed.
     let mut tasks = Vec::new();
     for _ in 0..10 {
         let url = envoy.url("/page");
