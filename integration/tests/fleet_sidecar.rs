@@ -456,22 +456,22 @@ async fn a_hundred_thousand_keys_expire_and_redis_memory_comes_back_down() {
     let sc = Sidecar::start(opts(&dns, &redis.url(), 10_000)).await;
     let baseline = redis.used_memory();
 
-    // 10 batches of 10,000 fresh keys, each full again 8 s after its batch.
-    let t0 = Instant::now();
+    // 10 batches of 10,000 fresh keys, each full again (and so expired) 32 s after its
+    // batch: far longer than sending them takes on a loaded machine, so every key is still
+    // there when they are counted below.
     for b in 0..10u32 {
         let keys: Vec<String> = (0..10_000u32)
             .map(|i| format!("{:x}", 0x5_0000_0000u64 + u64::from(b * 10_000 + i)))
             .collect();
         let entries: Vec<(&str, f64, u32, u32)> =
-            keys.iter().map(|k| (k.as_str(), 1.0, 20, 8)).collect();
+            keys.iter().map(|k| (k.as_str(), 0.25, 20, 8)).collect();
         let r = sync_ok(&sc, &batch("mem", 1000, &entries)).await;
         assert_eq!(r.keys.len(), 10_000);
         assert!(
-            r.keys.iter().all(|k| *k == state(12, 8_000_000_000)),
+            r.keys.iter().all(|k| *k == state(12, 32_000_000_000)),
             "batch {b}"
         );
     }
-    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
     assert_eq!(redis.dbsize(), 100_001);
     // Every key carries a TTL.
     let keyspace = redis.cmd(&["INFO", "keyspace"]).text().unwrap_or_default();
@@ -483,7 +483,7 @@ async fn a_hundred_thousand_keys_expire_and_redis_memory_comes_back_down() {
     eprintln!("used_memory: {baseline} before, {filled} with 100,001 keys");
     assert!(filled - baseline > 5_000_000, "{baseline} -> {filled}");
 
-    // Waiting for the keys' own expiry (8 s; the replicas set 3 s after the last batch).
+    // Waiting for the keys' own expiry (32 s; the replicas set 3 s after the last batch).
     poll_until(Duration::from_secs(60), || async {
         (redis.dbsize() == 0).then_some(())
     })
