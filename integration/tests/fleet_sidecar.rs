@@ -323,8 +323,9 @@ async fn redis_killed_gives_503_within_the_timeout_and_the_sidecar_recovers_alon
             body.starts_with(r#"{"error":"redis unavailable: "#),
             "{body}"
         );
-        // 200 ms timeout, and a little for HTTP on a busy machine.
-        assert!(took < Duration::from_millis(400), "attempt {i}: {took:?}");
+        // 200 ms timeout, and room for HTTP on a loaded machine: what this rules out is a
+        // sync that waits for a dead Redis (seconds of connect retries).
+        assert!(took < Duration::from_millis(1000), "attempt {i}: {took:?}");
     }
     assert_eq!(
         sc.metric("crawlguard_sidecar_fleet_sync_batches_total{result=\"unavailable\"}")
@@ -344,7 +345,7 @@ async fn redis_killed_gives_503_within_the_timeout_and_the_sidecar_recovers_alon
         let started = Instant::now();
         let (status, body) = sc.fleet_sync(&batch("r", 1000, &[])).await;
         assert!(
-            started.elapsed() < Duration::from_millis(400),
+            started.elapsed() < Duration::from_millis(1000),
             "{status} {body} after {:?}",
             started.elapsed()
         );
@@ -377,8 +378,9 @@ async fn slow_redis_gives_503_within_the_timeout() {
         (status, body.as_str()),
         (503, r#"{"error":"redis unavailable: timeout"}"#)
     );
+    // At least the 200 ms timeout, well short of the 1.5 s stall (room for a loaded machine).
     assert!(
-        took >= Duration::from_millis(200) && took < Duration::from_millis(400),
+        took >= Duration::from_millis(200) && took < Duration::from_millis(1200),
         "{took:?}"
     );
     assert_eq!(
@@ -404,8 +406,9 @@ async fn slow_redis_gives_503_within_the_timeout() {
         (status, body.as_str()),
         (503, r#"{"error":"redis unavailable: timeout"}"#)
     );
+    // At least the 200 ms timeout, short of the relay's 1 s delay.
     assert!(
-        took >= Duration::from_millis(200) && took < Duration::from_millis(400),
+        took >= Duration::from_millis(200) && took < Duration::from_millis(900),
         "{took:?}"
     );
     // The other sidecar does not notice.
@@ -624,11 +627,12 @@ async fn verification_falls_back_to_dns_when_redis_is_slow_or_gone() {
     redis.pause(Duration::from_millis(3000));
     let took = timed_verify(&slow, "192.0.2.1").await;
     assert!(
-        took >= Duration::from_millis(1000) && took < Duration::from_millis(1600),
+        took >= Duration::from_millis(1000) && took < Duration::from_millis(2500),
         "{took:?}"
     );
+    // Not waiting for Redis again (that would take its 1 s timeout).
     let took = timed_verify(&slow, "192.0.2.2").await;
-    assert!(took < Duration::from_millis(500), "{took:?}");
+    assert!(took < Duration::from_millis(900), "{took:?}");
     assert_eq!(
         slow.metric("crawlguard_sidecar_redis_errors_total{op=\"verdict_get\",kind=\"timeout\"}")
             .await,
@@ -640,7 +644,7 @@ async fn verification_falls_back_to_dns_when_redis_is_slow_or_gone() {
     let took = timed_verify(&gone, "192.0.2.3").await;
     assert!(took < Duration::from_millis(1500), "{took:?}");
     let took = timed_verify(&gone, "192.0.2.4").await;
-    assert!(took < Duration::from_millis(500), "{took:?}");
+    assert!(took < Duration::from_millis(900), "{took:?}");
     assert_eq!(
         metric_sum(
             &gone,
