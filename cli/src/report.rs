@@ -13,6 +13,7 @@ use crate::time;
 use crawlguard::classify::Class;
 use crawlguard::config::Config;
 use crawlguard::request::path_only;
+use crawlguard::respond::{DETAILS_LIMITED, DETAILS_NORMALISED, DETAILS_SHED};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -26,10 +27,13 @@ pub const TALKER_CAPACITY: usize = 10_000;
 /// Who produced a rejection (429/503).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
-    /// crawlguard answered itself (`crawlguard_rate_limited`), or, in formats without
-    /// response details, the proxy answered without reaching the upstream and without an
-    /// Envoy response flag.
+    /// crawlguard's rate limit answered (`crawlguard_rate_limited`, its `reject_status`
+    /// 429 or 503), or, in formats without response details, the proxy answered without
+    /// reaching the upstream and without an Envoy response flag.
     Crawlguard,
+    /// crawlguard shed the request because the origin was unhealthy (`crawlguard_shed`,
+    /// always 503): crawlguard's own, but the site's load, not the client's rate.
+    Shed,
     /// The upstream answered (`via_upstream`, `crawlguard_normalised_upstream`, or the
     /// upstream was reached).
     Upstream,
@@ -45,6 +49,7 @@ impl Origin {
     pub fn as_str(self) -> &'static str {
         match self {
             Origin::Crawlguard => "crawlguard",
+            Origin::Shed => "crawlguard_shed",
             Origin::Upstream => "upstream",
             Origin::OtherEnvoy => "other_envoy",
             Origin::Unknown => "unknown",
@@ -54,8 +59,11 @@ impl Origin {
     /// Who answered `r`.
     pub fn of(r: &Record<'_>) -> Origin {
         match r.details {
-            Some(b"crawlguard_rate_limited") => return Origin::Crawlguard,
-            Some(b"crawlguard_normalised_upstream" | b"via_upstream") => return Origin::Upstream,
+            Some(d) if d == DETAILS_LIMITED.as_bytes() => return Origin::Crawlguard,
+            Some(d) if d == DETAILS_SHED.as_bytes() => return Origin::Shed,
+            Some(d) if d == DETAILS_NORMALISED.as_bytes() || d == b"via_upstream" => {
+                return Origin::Upstream
+            }
             Some(_) => return Origin::OtherEnvoy,
             None => {}
         }
@@ -77,7 +85,7 @@ pub struct Group {
     /// 1xx, >= 600).
     pub status: [u64; 7],
     /// Rejections (429 and 503) by [`Origin`], in its declaration order.
-    pub origin: [u64; 4],
+    pub origin: [u64; 5],
     /// Upstream times (TTFB), ms; lines without one are not counted.
     pub ttfb: MsHist,
 }
@@ -138,10 +146,11 @@ impl Group {
                 s5xx: share(s(S5XX) + s(S503)),
             },
             rejections_by_origin: OriginJson {
-                crawlguard: o(0),
-                upstream: o(1),
-                other_envoy: o(2),
-                unknown: o(3),
+                crawlguard: o(Origin::Crawlguard as usize),
+                crawlguard_shed: o(Origin::Shed as usize),
+                upstream: o(Origin::Upstream as usize),
+                other_envoy: o(Origin::OtherEnvoy as usize),
+                unknown: o(Origin::Unknown as usize),
             },
             ttfb_ms: TtfbJson {
                 n: self.ttfb.len(),
@@ -612,8 +621,10 @@ pub struct ShareJson {
 /// Rejections by origin.
 #[derive(Debug, Serialize)]
 pub struct OriginJson {
-    /// crawlguard's own.
+    /// crawlguard's rate limit (`crawlguard_rate_limited`).
     pub crawlguard: u64,
+    /// crawlguard's load shedding (`crawlguard_shed`).
+    pub crawlguard_shed: u64,
     /// The upstream's (normalised by crawlguard or not).
     pub upstream: u64,
     /// Another Envoy filter, or Envoy itself.
@@ -688,6 +699,7 @@ fn group_row(name: String, g: &GroupJson) -> Vec<String> {
         pct(g.share.s503),
         pct(g.share.s5xx),
         o.crawlguard.to_string(),
+        o.crawlguard_shed.to_string(),
         o.upstream.to_string(),
         (o.other_envoy + o.unknown).to_string(),
         g.ttfb_ms.n.to_string(),
@@ -697,13 +709,14 @@ fn group_row(name: String, g: &GroupJson) -> Vec<String> {
     ]
 }
 
-const GROUP_HEAD: [&str; 12] = [
+const GROUP_HEAD: [&str; 13] = [
     "requests",
     "2xx",
     "429",
     "503",
     "5xx",
     "rej:cg",
+    "rej:shed",
     "rej:up",
     "rej:other",
     "ttfb n",
@@ -752,8 +765,9 @@ pub fn render(j: &ReportJson) -> String {
          (crawler claims count as unverified_bot)\n",
         j.class_source.logged, j.class_source.classifier
     );
-    out += "\nper class (shares of requests; rej: 429/503 by origin cg = crawlguard, up = \
-            upstream; ttfb = upstream time, nearest rank)\n";
+    out += "\nper class (shares of requests; rej: 429/503 by origin cg = crawlguard's rate \
+            limit, shed = crawlguard's load shedding, up = upstream; ttfb = upstream time, \
+            nearest rank)\n";
     let mut t = Table::new(std::iter::once("class").chain(GROUP_HEAD));
     for c in &j.classes {
         t.row(group_row(c.class.to_string(), &c.group));
