@@ -23,3 +23,4 @@ pub mod report;
 pub mod stats;
 pub mod table;
 pub mod time;
+pub mod timeline;

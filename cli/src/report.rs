@@ -10,6 +10,7 @@ use crate::logfmt::{Record, Upstream};
 use crate::stats::{Heavy, MsHist};
 use crate::table::{pct, Table};
 use crate::time;
+use crate::timeline::{Kind, Timeline};
 use crawlguard::classify::Class;
 use crawlguard::config::Config;
 use crawlguard::request::path_only;
@@ -245,6 +246,8 @@ pub struct Report {
     pub bots: HashMap<String, Group>,
     /// Per minute of log time (minutes since the epoch).
     pub minutes: BTreeMap<i64, Minute>,
+    /// Bins of log time for the plot.
+    pub timeline: Timeline,
     /// Top talkers by client address.
     pub talkers: Heavy<Client, Talker>,
     /// Records whose class was logged.
@@ -270,6 +273,7 @@ impl Report {
             classes: Default::default(),
             bots: HashMap::new(),
             minutes: BTreeMap::new(),
+            timeline: Timeline::default(),
             talkers: Heavy::new(TALKER_CAPACITY),
             class_logged: 0,
             class_derived: 0,
@@ -328,6 +332,7 @@ impl Report {
                 }
             }
         }
+        self.timeline.add(r.ts_ms, class, Kind::of(r));
         let rejected = matches!(r.status, 429 | 503);
         let m = self.minutes.entry(r.ts_ms.div_euclid(60_000)).or_default();
         let i = class.index();
