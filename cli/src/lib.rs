@@ -16,6 +16,7 @@ pub mod cli;
 pub mod host;
 pub mod input;
 pub mod logfmt;
+pub mod minutes;
 pub mod offline;
 pub mod plot;
 pub mod replay;

@@ -1,12 +1,14 @@
 //! `crawlguard report`: per class and per bot id, what the access log says happened.
 //!
-//! Streaming: each record updates fixed-size counters. What grows: the percentile counters
-//! (one per distinct millisecond value, see [`MsHist`]), one small row per minute of log
-//! time (for the peak minutes and the plot; a year of logs is about 525,000 rows), and the
-//! top-talker table (bounded, see [`Heavy`]).
+//! Streaming: each record updates fixed-size counters. What grows, each bounded: the
+//! percentile counters (one per distinct millisecond value, see [`MsHist`]), the minute rows
+//! for the peak minutes ([`Minutes`]), the plot's bins ([`Timeline`]), the top-talker table
+//! ([`Heavy`], client names cut to [`CLIENT_NAME_BYTES`]), the User-Agent cache, and the
+//! limit names ([`LIMITS_KEPT`]); lines are read up to [`crate::input::MAX_LINE_BYTES`].
 
 use crate::input::FileStats;
 use crate::logfmt::{Record, Upstream};
+use crate::minutes::{Minute, Minutes};
 use crate::stats::{Heavy, MsHist};
 use crate::table::{pct, Table};
 use crate::time;
@@ -171,17 +173,6 @@ fn ratio(n: u64, d: u64) -> f64 {
     }
 }
 
-/// One minute of log time.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Minute {
-    /// Requests per class ([`Class::index`]).
-    pub requests: [u32; 8],
-    /// Rejections (429 + 503) per class.
-    pub rejected: [u32; 8],
-    /// 429s per class.
-    pub s429: [u32; 8],
-}
-
 /// A client address as logged: an IP when it parses, else the text.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Client {
@@ -204,7 +195,9 @@ impl Client {
             .and_then(|s| s.parse::<IpAddr>().ok())
         {
             Some(ip) => Client::Ip(ip.to_canonical()),
-            None => Client::Name(String::from_utf8_lossy(b).into()),
+            None => Client::Name(
+                String::from_utf8_lossy(b.get(..CLIENT_NAME_BYTES).unwrap_or(b)).into(),
+            ),
         }
     }
 }
@@ -231,6 +224,15 @@ pub struct Talker {
 /// User-Agents whose classification is remembered (access logs repeat the same few
 /// thousand agents; the cache is cleared when full).
 const UA_CACHE: usize = 8192;
+/// Longest User-Agent remembered, bytes (longer ones are classified each time): bounds the
+/// cache at [`UA_CACHE`] x 1 KiB.
+const UA_CACHE_KEY_BYTES: usize = 1024;
+/// Longest client name (a logged host name, not an IP) kept, bytes: a DNS name is at most
+/// 253; longer ones are cut, so the top-talker table stays within its keys x 255 bytes.
+pub const CLIENT_NAME_BYTES: usize = 255;
+/// Distinct limit names kept (by logged `RateLimit-Policy`), each cut to
+/// [`CLIENT_NAME_BYTES`]; further ones are counted under `(other)`.
+pub const LIMITS_KEPT: usize = 256;
 
 /// The report being built.
 pub struct Report {
@@ -244,8 +246,8 @@ pub struct Report {
     pub classes: [Group; 8],
     /// Per bot id (known bots only).
     pub bots: HashMap<String, Group>,
-    /// Per minute of log time (minutes since the epoch).
-    pub minutes: BTreeMap<i64, Minute>,
+    /// Per minute of log time (minutes since the epoch), bounded.
+    pub minutes: Minutes,
     /// Bins of log time for the plot.
     pub timeline: Timeline,
     /// Top talkers by client address.
@@ -272,7 +274,7 @@ impl Report {
             ua_cache: HashMap::new(),
             classes: Default::default(),
             bots: HashMap::new(),
-            minutes: BTreeMap::new(),
+            minutes: Minutes::default(),
             timeline: Timeline::default(),
             talkers: Heavy::new(TALKER_CAPACITY),
             class_logged: 0,
@@ -295,6 +297,9 @@ impl Report {
             .bot
             .and_then(|b| entries.iter().position(|e| std::ptr::eq(e, b)));
         let v = (c.class, bot);
+        if key.len() > UA_CACHE_KEY_BYTES {
+            return v;
+        }
         if self.ua_cache.len() >= UA_CACHE {
             self.ua_cache.clear();
         }
@@ -334,7 +339,7 @@ impl Report {
         }
         self.timeline.add(r.ts_ms, class, Kind::of(r));
         let rejected = matches!(r.status, 429 | 503);
-        let m = self.minutes.entry(r.ts_ms.div_euclid(60_000)).or_default();
+        let m = self.minutes.entry(r.ts_ms.div_euclid(60_000));
         let i = class.index();
         if let Some(v) = m.requests.get_mut(i) {
             *v += 1;
@@ -356,29 +361,16 @@ impl Report {
             }
         });
         if let Some(l) = r.limit {
-            *self
-                .limits
-                .entry(String::from_utf8_lossy(l).into_owned())
-                .or_insert(0) += 1;
+            let mut name = String::from_utf8_lossy(l.get(..CLIENT_NAME_BYTES).unwrap_or(l));
+            if self.limits.len() >= LIMITS_KEPT && !self.limits.contains_key(name.as_ref()) {
+                name = "(other)".into();
+            }
+            *self.limits.entry(name.into_owned()).or_insert(0) += 1;
         }
         self.span = Some(match self.span {
             None => (r.ts_ms, r.ts_ms),
             Some((a, b)) => (a.min(r.ts_ms), b.max(r.ts_ms)),
         });
-    }
-
-    /// The top `n` minutes by `key`, highest first, earliest first among equals; minutes
-    /// where `key` is 0 are left out.
-    pub fn top_minutes(&self, n: usize, key: impl Fn(&Minute) -> u64) -> Vec<(i64, &Minute)> {
-        let mut v: Vec<(i64, &Minute)> = self
-            .minutes
-            .iter()
-            .filter(|(_, m)| key(m) > 0)
-            .map(|(k, m)| (*k, m))
-            .collect();
-        v.sort_by(|a, b| key(b.1).cmp(&key(a.1)).then(a.0.cmp(&b.0)));
-        v.truncate(n);
-        v
     }
 
     /// The report as the `--json` document.
@@ -415,7 +407,7 @@ impl Report {
                 .cmp(&a.group.requests)
                 .then_with(|| a.bot.cmp(&b.bot))
         });
-        let minute_json = |(k, m): (i64, &Minute)| MinuteJson {
+        let minute_json = |(k, m): (i64, Minute)| MinuteJson {
             minute: time::fmt_minute(k),
             requests: m.requests.iter().map(|v| u64::from(*v)).sum(),
             s429: m.s429.iter().map(|v| u64::from(*v)).sum(),
@@ -428,8 +420,6 @@ impl Report {
                 })
                 .collect(),
         };
-        let sum429 = |m: &Minute| m.s429.iter().map(|v| u64::from(*v)).sum::<u64>();
-        let sumreq = |m: &Minute| m.requests.iter().map(|v| u64::from(*v)).sum::<u64>();
         ReportJson {
             schema: SCHEMA,
             inputs: self.inputs.clone(),
@@ -455,15 +445,18 @@ impl Report {
                 .collect(),
             bots,
             top_429_minutes: self
-                .top_minutes(5, sum429)
+                .minutes
+                .top(5, Minute::total_429)
                 .into_iter()
                 .map(minute_json)
                 .collect(),
             busiest_minutes: self
-                .top_minutes(5, sumreq)
+                .minutes
+                .top(5, Minute::total_requests)
                 .into_iter()
                 .map(minute_json)
                 .collect(),
+            minutes_exact: self.minutes.exact(),
             top_talkers: TalkersJson {
                 error_bound: self.talkers.error(),
                 clients: self
@@ -515,6 +508,9 @@ pub struct ReportJson {
     pub top_429_minutes: Vec<MinuteJson>,
     /// The 5 minutes with the most requests.
     pub busiest_minutes: Vec<MinuteJson>,
+    /// Whether both top lists are exact: false when a record came for a minute already
+    /// retired from the bounded table (a log over ~69 days read out of time order).
+    pub minutes_exact: bool,
     /// Top clients by requests.
     pub top_talkers: TalkersJson,
     /// Rejections by the limit that rejected (when logged).
@@ -745,6 +741,13 @@ pub fn render(j: &ReportJson) -> String {
                 f.parsed,
                 f.unparsable
             );
+            if f.too_long > 0 {
+                s += &format!(
+                    " ({} longer than {} bytes, skipped)",
+                    f.too_long,
+                    crate::input::MAX_LINE_BYTES
+                );
+            }
             if !f.unparsable_examples.is_empty() {
                 let ex: Vec<String> = f.unparsable_examples.iter().map(u64::to_string).collect();
                 s += &format!(" (line {})", ex.join(", "));
@@ -827,6 +830,12 @@ pub fn render(j: &ReportJson) -> String {
     };
     out += &minutes("top 5 minutes by 429 count", &j.top_429_minutes);
     out += &minutes("busiest 5 minutes", &j.busiest_minutes);
+    if !j.minutes_exact {
+        out += &format!(
+            "  (approximate: over {} minutes of log read out of time order)\n",
+            crate::minutes::MAX_MINUTE_ROWS
+        );
+    }
     out += &format!(
         "\ntop talkers by client address{}\n",
         if j.top_talkers.error_bound == 0 {
