@@ -82,7 +82,8 @@ pub struct ReportArgs {
     /// Print JSON (schema crawlguard.report/v1, see the README) instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Also draw requests and rejections per minute by class into FILE (.svg or .png).
+    /// Also draw the incident picture into FILE (.svg or .png): requests, crawlguard's
+    /// rejections, and the 429s/5xx it did not answer, stacked by class, bins fit to the span.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
     /// TrueType font for the plot's text (default: $CRAWLGUARD_FONT or a system font).
@@ -216,7 +217,7 @@ fn report_cmd(a: &ReportArgs, out: &mut dyn Write) -> i32 {
         return 1;
     }
     if let Some(p) = &a.plot {
-        match crate::plot::plot(p, &rep.minutes, a.font.as_deref()) {
+        match crate::plot::plot(p, &rep.timeline, a.font.as_deref()) {
             Ok(note) => {
                 if let Some(n) = note {
                     eprintln!("crawlguard report: {n}");

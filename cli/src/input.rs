@@ -15,6 +15,13 @@ const BUF: usize = 256 * 1024;
 const SAMPLE_LINES: usize = 1000;
 /// Unparsable line numbers remembered per file (for the message).
 const BAD_EXAMPLES: usize = 5;
+/// Longest line kept, bytes (without its line end). Longer lines are counted (`too_long`,
+/// and as unparsable) and skipped without being held in memory: a line is one request, and
+/// Envoy refuses requests with over 60 KiB of headers by default.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+/// Bytes of sample lines held for format detection (fewer than [`SAMPLE_LINES`] lines are
+/// sampled when they are long).
+const SAMPLE_BYTES: usize = 4 * 1024 * 1024;
 
 /// Opens `path` (`-` = stdin), transparently gunzipping.
 pub fn open(path: &str) -> io::Result<Box<dyn BufRead>> {
@@ -46,8 +53,10 @@ pub struct FileStats {
     pub lines: u64,
     /// Lines that parsed.
     pub parsed: u64,
-    /// Lines that did not parse in the file's format.
+    /// Lines that did not parse in the file's format (too long ones included).
     pub unparsable: u64,
+    /// Lines longer than [`MAX_LINE_BYTES`], skipped.
+    pub too_long: u64,
     /// Line numbers (1-based) of the first unparsable lines.
     pub unparsable_examples: Vec<u64>,
     /// An I/O or decompression error that ended the file early (what was read before it
@@ -56,6 +65,12 @@ pub struct FileStats {
 }
 
 impl FileStats {
+    fn too_long(&mut self, lineno: u64) {
+        self.lines += 1;
+        self.too_long += 1;
+        self.bad(lineno);
+    }
+
     fn bad(&mut self, lineno: u64) {
         self.unparsable += 1;
         if self.unparsable_examples.len() < BAD_EXAMPLES {
@@ -83,15 +98,21 @@ pub fn each_record(
     // replay the sample through it.
     if forced.is_none() {
         let mut sample: Vec<(u64, Vec<u8>)> = Vec::new();
-        while sample.len() < SAMPLE_LINES {
+        let mut bytes = 0usize;
+        while sample.len() < SAMPLE_LINES && bytes < SAMPLE_BYTES {
             match read_line(reader, &mut buf) {
-                Ok(true) => {
+                Ok(Line::Read) => {
                     lineno += 1;
                     if !trim_eol(&buf).trim_ascii().is_empty() {
+                        bytes += buf.len();
                         sample.push((lineno, trim_eol(&buf).to_vec()));
                     }
                 }
-                Ok(false) => break,
+                Ok(Line::TooLong) => {
+                    lineno += 1;
+                    st.too_long(lineno);
+                }
+                Ok(Line::End) => break,
                 Err(e) => {
                     st.error = Some(e.to_string());
                     break;
@@ -108,14 +129,18 @@ pub fn each_record(
     }
     loop {
         match read_line(reader, &mut buf) {
-            Ok(true) => {
+            Ok(Line::Read) => {
                 lineno += 1;
                 let l = trim_eol(&buf);
                 if !l.trim_ascii().is_empty() {
                     one(&mut st, lineno, l, f);
                 }
             }
-            Ok(false) => break,
+            Ok(Line::TooLong) => {
+                lineno += 1;
+                st.too_long(lineno);
+            }
+            Ok(Line::End) => break,
             Err(e) => {
                 st.error = Some(e.to_string());
                 break;
@@ -149,9 +174,53 @@ fn one(st: &mut FileStats, lineno: u64, l: &[u8], f: &mut dyn FnMut(&Record<'_>)
     }
 }
 
-fn read_line(r: &mut dyn BufRead, buf: &mut Vec<u8>) -> io::Result<bool> {
+/// What [`read_line`] found.
+enum Line {
+    /// A line (in the buffer, with its line end).
+    Read,
+    /// A line over [`MAX_LINE_BYTES`], consumed and dropped.
+    TooLong,
+    /// The end of the input.
+    End,
+}
+
+/// Reads one line into `buf`, holding at most [`MAX_LINE_BYTES`] (plus `\r\n`) of it.
+fn read_line(r: &mut dyn BufRead, buf: &mut Vec<u8>) -> io::Result<Line> {
     buf.clear();
-    Ok(r.read_until(b'\n', buf)? > 0)
+    let (mut any, mut long) = (false, false);
+    loop {
+        let chunk = match r.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok(match (any, long) {
+                (false, _) => Line::End,
+                (true, true) => Line::TooLong,
+                (true, false) => Line::Read,
+            });
+        }
+        any = true;
+        let (take, done) = match memchr::memchr(b'\n', chunk) {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        if !long {
+            match chunk.get(..take) {
+                Some(part) if buf.len() + take <= MAX_LINE_BYTES + 2 => buf.extend_from_slice(part),
+                _ => {
+                    long = true;
+                    buf.clear();
+                }
+            }
+        }
+        r.consume(take);
+        if done {
+            long |= trim_eol(buf).len() > MAX_LINE_BYTES;
+            return Ok(if long { Line::TooLong } else { Line::Read });
+        }
+    }
 }
 
 fn trim_eol(b: &[u8]) -> &[u8] {

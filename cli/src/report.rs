@@ -1,18 +1,22 @@
 //! `crawlguard report`: per class and per bot id, what the access log says happened.
 //!
-//! Streaming: each record updates fixed-size counters. What grows: the percentile counters
-//! (one per distinct millisecond value, see [`MsHist`]), one small row per minute of log
-//! time (for the peak minutes and the plot; a year of logs is about 525,000 rows), and the
-//! top-talker table (bounded, see [`Heavy`]).
+//! Streaming: each record updates fixed-size counters. What grows, each bounded: the
+//! percentile counters (one per distinct millisecond value, see [`MsHist`]), the minute rows
+//! for the peak minutes ([`Minutes`]), the plot's bins ([`Timeline`]), the top-talker table
+//! ([`Heavy`], client names cut to [`CLIENT_NAME_BYTES`]), the User-Agent cache, and the
+//! limit names ([`LIMITS_KEPT`]); lines are read up to [`crate::input::MAX_LINE_BYTES`].
 
 use crate::input::FileStats;
 use crate::logfmt::{Record, Upstream};
+use crate::minutes::{Minute, Minutes};
 use crate::stats::{Heavy, MsHist};
 use crate::table::{pct, Table};
 use crate::time;
+use crate::timeline::{Kind, Timeline};
 use crawlguard::classify::Class;
 use crawlguard::config::Config;
 use crawlguard::request::path_only;
+use crawlguard::respond::{DETAILS_LIMITED, DETAILS_NORMALISED, DETAILS_SHED};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -26,10 +30,13 @@ pub const TALKER_CAPACITY: usize = 10_000;
 /// Who produced a rejection (429/503).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
-    /// crawlguard answered itself (`crawlguard_rate_limited`), or, in formats without
-    /// response details, the proxy answered without reaching the upstream and without an
-    /// Envoy response flag.
+    /// crawlguard's rate limit answered (`crawlguard_rate_limited`, its `reject_status`
+    /// 429 or 503), or, in formats without response details, the proxy answered without
+    /// reaching the upstream and without an Envoy response flag.
     Crawlguard,
+    /// crawlguard shed the request because the origin was unhealthy (`crawlguard_shed`,
+    /// always 503): crawlguard's own, but the site's load, not the client's rate.
+    Shed,
     /// The upstream answered (`via_upstream`, `crawlguard_normalised_upstream`, or the
     /// upstream was reached).
     Upstream,
@@ -45,6 +52,7 @@ impl Origin {
     pub fn as_str(self) -> &'static str {
         match self {
             Origin::Crawlguard => "crawlguard",
+            Origin::Shed => "crawlguard_shed",
             Origin::Upstream => "upstream",
             Origin::OtherEnvoy => "other_envoy",
             Origin::Unknown => "unknown",
@@ -54,8 +62,11 @@ impl Origin {
     /// Who answered `r`.
     pub fn of(r: &Record<'_>) -> Origin {
         match r.details {
-            Some(b"crawlguard_rate_limited") => return Origin::Crawlguard,
-            Some(b"crawlguard_normalised_upstream" | b"via_upstream") => return Origin::Upstream,
+            Some(d) if d == DETAILS_LIMITED.as_bytes() => return Origin::Crawlguard,
+            Some(d) if d == DETAILS_SHED.as_bytes() => return Origin::Shed,
+            Some(d) if d == DETAILS_NORMALISED.as_bytes() || d == b"via_upstream" => {
+                return Origin::Upstream
+            }
             Some(_) => return Origin::OtherEnvoy,
             None => {}
         }
@@ -77,7 +88,7 @@ pub struct Group {
     /// 1xx, >= 600).
     pub status: [u64; 7],
     /// Rejections (429 and 503) by [`Origin`], in its declaration order.
-    pub origin: [u64; 4],
+    pub origin: [u64; 5],
     /// Upstream times (TTFB), ms; lines without one are not counted.
     pub ttfb: MsHist,
 }
@@ -138,10 +149,11 @@ impl Group {
                 s5xx: share(s(S5XX) + s(S503)),
             },
             rejections_by_origin: OriginJson {
-                crawlguard: o(0),
-                upstream: o(1),
-                other_envoy: o(2),
-                unknown: o(3),
+                crawlguard: o(Origin::Crawlguard as usize),
+                crawlguard_shed: o(Origin::Shed as usize),
+                upstream: o(Origin::Upstream as usize),
+                other_envoy: o(Origin::OtherEnvoy as usize),
+                unknown: o(Origin::Unknown as usize),
             },
             ttfb_ms: TtfbJson {
                 n: self.ttfb.len(),
@@ -159,17 +171,6 @@ fn ratio(n: u64, d: u64) -> f64 {
     } else {
         n as f64 / d as f64
     }
-}
-
-/// One minute of log time.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Minute {
-    /// Requests per class ([`Class::index`]).
-    pub requests: [u32; 8],
-    /// Rejections (429 + 503) per class.
-    pub rejected: [u32; 8],
-    /// 429s per class.
-    pub s429: [u32; 8],
 }
 
 /// A client address as logged: an IP when it parses, else the text.
@@ -194,7 +195,9 @@ impl Client {
             .and_then(|s| s.parse::<IpAddr>().ok())
         {
             Some(ip) => Client::Ip(ip.to_canonical()),
-            None => Client::Name(String::from_utf8_lossy(b).into()),
+            None => Client::Name(
+                String::from_utf8_lossy(b.get(..CLIENT_NAME_BYTES).unwrap_or(b)).into(),
+            ),
         }
     }
 }
@@ -221,6 +224,15 @@ pub struct Talker {
 /// User-Agents whose classification is remembered (access logs repeat the same few
 /// thousand agents; the cache is cleared when full).
 const UA_CACHE: usize = 8192;
+/// Longest User-Agent remembered, bytes (longer ones are classified each time): bounds the
+/// cache at [`UA_CACHE`] x 1 KiB.
+const UA_CACHE_KEY_BYTES: usize = 1024;
+/// Longest client name (a logged host name, not an IP) kept, bytes: a DNS name is at most
+/// 253; longer ones are cut, so the top-talker table stays within its keys x 255 bytes.
+pub const CLIENT_NAME_BYTES: usize = 255;
+/// Distinct limit names kept (by logged `RateLimit-Policy`), each cut to
+/// [`CLIENT_NAME_BYTES`]; further ones are counted under `(other)`.
+pub const LIMITS_KEPT: usize = 256;
 
 /// The report being built.
 pub struct Report {
@@ -234,8 +246,10 @@ pub struct Report {
     pub classes: [Group; 8],
     /// Per bot id (known bots only).
     pub bots: HashMap<String, Group>,
-    /// Per minute of log time (minutes since the epoch).
-    pub minutes: BTreeMap<i64, Minute>,
+    /// Per minute of log time (minutes since the epoch), bounded.
+    pub minutes: Minutes,
+    /// Bins of log time for the plot.
+    pub timeline: Timeline,
     /// Top talkers by client address.
     pub talkers: Heavy<Client, Talker>,
     /// Records whose class was logged.
@@ -260,7 +274,8 @@ impl Report {
             ua_cache: HashMap::new(),
             classes: Default::default(),
             bots: HashMap::new(),
-            minutes: BTreeMap::new(),
+            minutes: Minutes::default(),
+            timeline: Timeline::default(),
             talkers: Heavy::new(TALKER_CAPACITY),
             class_logged: 0,
             class_derived: 0,
@@ -282,6 +297,9 @@ impl Report {
             .bot
             .and_then(|b| entries.iter().position(|e| std::ptr::eq(e, b)));
         let v = (c.class, bot);
+        if key.len() > UA_CACHE_KEY_BYTES {
+            return v;
+        }
         if self.ua_cache.len() >= UA_CACHE {
             self.ua_cache.clear();
         }
@@ -319,8 +337,9 @@ impl Report {
                 }
             }
         }
+        self.timeline.add(r.ts_ms, class, Kind::of(r));
         let rejected = matches!(r.status, 429 | 503);
-        let m = self.minutes.entry(r.ts_ms.div_euclid(60_000)).or_default();
+        let m = self.minutes.entry(r.ts_ms.div_euclid(60_000));
         let i = class.index();
         if let Some(v) = m.requests.get_mut(i) {
             *v += 1;
@@ -342,29 +361,16 @@ impl Report {
             }
         });
         if let Some(l) = r.limit {
-            *self
-                .limits
-                .entry(String::from_utf8_lossy(l).into_owned())
-                .or_insert(0) += 1;
+            let mut name = String::from_utf8_lossy(l.get(..CLIENT_NAME_BYTES).unwrap_or(l));
+            if self.limits.len() >= LIMITS_KEPT && !self.limits.contains_key(name.as_ref()) {
+                name = "(other)".into();
+            }
+            *self.limits.entry(name.into_owned()).or_insert(0) += 1;
         }
         self.span = Some(match self.span {
             None => (r.ts_ms, r.ts_ms),
             Some((a, b)) => (a.min(r.ts_ms), b.max(r.ts_ms)),
         });
-    }
-
-    /// The top `n` minutes by `key`, highest first, earliest first among equals; minutes
-    /// where `key` is 0 are left out.
-    pub fn top_minutes(&self, n: usize, key: impl Fn(&Minute) -> u64) -> Vec<(i64, &Minute)> {
-        let mut v: Vec<(i64, &Minute)> = self
-            .minutes
-            .iter()
-            .filter(|(_, m)| key(m) > 0)
-            .map(|(k, m)| (*k, m))
-            .collect();
-        v.sort_by(|a, b| key(b.1).cmp(&key(a.1)).then(a.0.cmp(&b.0)));
-        v.truncate(n);
-        v
     }
 
     /// The report as the `--json` document.
@@ -401,7 +407,7 @@ impl Report {
                 .cmp(&a.group.requests)
                 .then_with(|| a.bot.cmp(&b.bot))
         });
-        let minute_json = |(k, m): (i64, &Minute)| MinuteJson {
+        let minute_json = |(k, m): (i64, Minute)| MinuteJson {
             minute: time::fmt_minute(k),
             requests: m.requests.iter().map(|v| u64::from(*v)).sum(),
             s429: m.s429.iter().map(|v| u64::from(*v)).sum(),
@@ -414,8 +420,6 @@ impl Report {
                 })
                 .collect(),
         };
-        let sum429 = |m: &Minute| m.s429.iter().map(|v| u64::from(*v)).sum::<u64>();
-        let sumreq = |m: &Minute| m.requests.iter().map(|v| u64::from(*v)).sum::<u64>();
         ReportJson {
             schema: SCHEMA,
             inputs: self.inputs.clone(),
@@ -441,15 +445,18 @@ impl Report {
                 .collect(),
             bots,
             top_429_minutes: self
-                .top_minutes(5, sum429)
+                .minutes
+                .top(5, Minute::total_429)
                 .into_iter()
                 .map(minute_json)
                 .collect(),
             busiest_minutes: self
-                .top_minutes(5, sumreq)
+                .minutes
+                .top(5, Minute::total_requests)
                 .into_iter()
                 .map(minute_json)
                 .collect(),
+            minutes_exact: self.minutes.exact(),
             top_talkers: TalkersJson {
                 error_bound: self.talkers.error(),
                 clients: self
@@ -501,6 +508,9 @@ pub struct ReportJson {
     pub top_429_minutes: Vec<MinuteJson>,
     /// The 5 minutes with the most requests.
     pub busiest_minutes: Vec<MinuteJson>,
+    /// Whether both top lists are exact: false when a record came for a minute already
+    /// retired from the bounded table (a log over ~69 days read out of time order).
+    pub minutes_exact: bool,
     /// Top clients by requests.
     pub top_talkers: TalkersJson,
     /// Rejections by the limit that rejected (when logged).
@@ -612,8 +622,10 @@ pub struct ShareJson {
 /// Rejections by origin.
 #[derive(Debug, Serialize)]
 pub struct OriginJson {
-    /// crawlguard's own.
+    /// crawlguard's rate limit (`crawlguard_rate_limited`).
     pub crawlguard: u64,
+    /// crawlguard's load shedding (`crawlguard_shed`).
+    pub crawlguard_shed: u64,
     /// The upstream's (normalised by crawlguard or not).
     pub upstream: u64,
     /// Another Envoy filter, or Envoy itself.
@@ -688,6 +700,7 @@ fn group_row(name: String, g: &GroupJson) -> Vec<String> {
         pct(g.share.s503),
         pct(g.share.s5xx),
         o.crawlguard.to_string(),
+        o.crawlguard_shed.to_string(),
         o.upstream.to_string(),
         (o.other_envoy + o.unknown).to_string(),
         g.ttfb_ms.n.to_string(),
@@ -697,13 +710,14 @@ fn group_row(name: String, g: &GroupJson) -> Vec<String> {
     ]
 }
 
-const GROUP_HEAD: [&str; 12] = [
+const GROUP_HEAD: [&str; 13] = [
     "requests",
     "2xx",
     "429",
     "503",
     "5xx",
     "rej:cg",
+    "rej:shed",
     "rej:up",
     "rej:other",
     "ttfb n",
@@ -727,6 +741,13 @@ pub fn render(j: &ReportJson) -> String {
                 f.parsed,
                 f.unparsable
             );
+            if f.too_long > 0 {
+                s += &format!(
+                    " ({} longer than {} bytes, skipped)",
+                    f.too_long,
+                    crate::input::MAX_LINE_BYTES
+                );
+            }
             if !f.unparsable_examples.is_empty() {
                 let ex: Vec<String> = f.unparsable_examples.iter().map(u64::to_string).collect();
                 s += &format!(" (line {})", ex.join(", "));
@@ -752,8 +773,9 @@ pub fn render(j: &ReportJson) -> String {
          (crawler claims count as unverified_bot)\n",
         j.class_source.logged, j.class_source.classifier
     );
-    out += "\nper class (shares of requests; rej: 429/503 by origin cg = crawlguard, up = \
-            upstream; ttfb = upstream time, nearest rank)\n";
+    out += "\nper class (shares of requests; rej: 429/503 by origin cg = crawlguard's rate \
+            limit, shed = crawlguard's load shedding, up = upstream; ttfb = upstream time, \
+            nearest rank)\n";
     let mut t = Table::new(std::iter::once("class").chain(GROUP_HEAD));
     for c in &j.classes {
         t.row(group_row(c.class.to_string(), &c.group));
@@ -808,6 +830,12 @@ pub fn render(j: &ReportJson) -> String {
     };
     out += &minutes("top 5 minutes by 429 count", &j.top_429_minutes);
     out += &minutes("busiest 5 minutes", &j.busiest_minutes);
+    if !j.minutes_exact {
+        out += &format!(
+            "  (approximate: over {} minutes of log read out of time order)\n",
+            crate::minutes::MAX_MINUTE_ROWS
+        );
+    }
     out += &format!(
         "\ntop talkers by client address{}\n",
         if j.top_talkers.error_bound == 0 {

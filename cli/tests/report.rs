@@ -299,6 +299,50 @@ fn rejection_origins_and_top_429_minutes() {
 }
 
 #[test]
+fn shed_503s_are_crawlguards_apart_from_its_rate_limit() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut text = String::new();
+    // 3 rate-limit 429s, 2 shed 503s, 1 origin 503, 1 Envoy 503 (no healthy upstream).
+    for s in [1, 2, 3] {
+        text += &cg_line(s, 429, "crawlguard_rate_limited", "script", "-", "curl/8");
+    }
+    for s in [4, 5] {
+        text += &cg_line(s, 503, "crawlguard_shed", "script", "-", "curl/8");
+    }
+    text += &cg_line(6, 503, "via_upstream", "script", "900", "curl/8");
+    text += &cg_line(7, 503, "no_healthy_upstream", "script", "-", "curl/8");
+    let path = write_tmp(&dir, "shed.log", &text);
+    let j = report_of(std::slice::from_ref(&path));
+    let o = &class(&j, "script")["rejections_by_origin"];
+    assert_eq!(
+        o,
+        &serde_json::json!({"crawlguard": 3, "crawlguard_shed": 2, "upstream": 1,
+                            "other_envoy": 1, "unknown": 0})
+    );
+    assert_eq!(class(&j, "script")["status"]["503"], 4);
+    // The table: its own column, after crawlguard's rate limit.
+    let out = Command::new(BIN)
+        .args(["report", &path])
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let words = |prefix: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or("")
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        words("class ")[6..10],
+        ["rej:cg", "rej:shed", "rej:up", "rej:other"]
+    );
+    assert_eq!(words("script ")[6..10], ["3", "2", "1", "1"]);
+}
+
+#[test]
 fn gzip_input_equals_plain_and_truncation_keeps_what_was_read() {
     let dir = tempfile::tempdir().expect("tmp");
     let plain = std::fs::read(APACHE_LOG).expect("log");
@@ -392,7 +436,13 @@ fn stdin_gzip_json_schema_and_exit_status() {
     for key in ["2xx", "429", "503", "5xx"] {
         assert!(c["share"][key].is_f64(), "share.{key}");
     }
-    for key in ["crawlguard", "upstream", "other_envoy", "unknown"] {
+    for key in [
+        "crawlguard",
+        "crawlguard_shed",
+        "upstream",
+        "other_envoy",
+        "unknown",
+    ] {
         assert!(c["rejections_by_origin"][key].is_u64(), "origin.{key}");
     }
     for key in ["n", "p50", "p95", "p99"] {
