@@ -8,11 +8,14 @@
 //! Files: this one holds the compiled types and [`parse`]; `raw.rs` the serde shapes of the
 //! document; `defaults.rs` every default value (the one source: `envoy/crawlguard.default.json`
 //! and the README reference are checked against it by tests); `compile.rs` the validation,
-//! one `compile_<section>` per section.
+//! one `compile_<section>` per section; `headers.rs` the header names each use refuses;
+//! `warnings.rs` what is valid but probably not meant (logged at load).
 
 mod compile;
 mod defaults;
+mod headers;
 mod raw;
+mod warnings;
 
 use crate::bucket::Rate;
 use crate::class::Class;
@@ -21,6 +24,7 @@ use serde::Deserialize;
 use std::fmt;
 
 pub use defaults::DEFAULT_CLASS_HEADER;
+pub use headers::{key_header_is_list, KEY_REFUSED};
 
 /// The embedded default configuration (also shipped as `envoy/crawlguard.default.json`).
 pub const DEFAULT_CONFIG_JSON: &str = include_str!("../../envoy/crawlguard.default.json");
