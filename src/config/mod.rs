@@ -58,11 +58,30 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// A [`ConfigError`] for field `path`.
+/// Longest path or reason a [`ConfigError`] carries, bytes: errors quote the offending
+/// value, and a 10 MB value echoed whole would flood the log line.
+pub const MAX_ERROR_PART_BYTES: usize = 256;
+
+/// `s` cut to [`MAX_ERROR_PART_BYTES`] (at a char boundary), saying how much was cut.
+fn cut(mut s: String) -> String {
+    if s.len() <= MAX_ERROR_PART_BYTES {
+        return s;
+    }
+    let mut end = MAX_ERROR_PART_BYTES;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let more = s.len() - end;
+    s.truncate(end);
+    s.push_str(&format!("... ({more} more bytes)"));
+    s
+}
+
+/// A [`ConfigError`] for field `path`, each part cut to [`MAX_ERROR_PART_BYTES`].
 fn err(path: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError {
-        path: path.into(),
-        reason: reason.into(),
+        path: cut(path.into()),
+        reason: cut(reason.into()),
     }
 }
 

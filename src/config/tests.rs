@@ -585,3 +585,51 @@ fn a_limit_may_be_keyed_by_user_agent_but_not_by_unsafe_headers() {
         );
     }
 }
+
+#[test]
+fn a_key_repeated_in_a_map_is_refused() {
+    // The first entry is invalid (418) and used to vanish behind the second.
+    assert_eq!(
+        parse_err(r#"{"classes":{"human":{"reject_status":418},"human":{}}}"#),
+        r#"classes: duplicate key "human" at line 1 column 49"#
+    );
+    assert_eq!(
+        parse_err(
+            r#"{"shedding":{"routes":{"default":{"latency_ms":0},"default":{"latency_ms":5}}}}"#
+        ),
+        r#"shedding.routes: duplicate key "default" at line 1 column 59"#
+    );
+    // Distinct keys still load.
+    let c = parse(br#"{"classes":{"human":{"reject_status":503},"script":{}}}"#).expect("valid");
+    assert_eq!(c.policy(Class::Human).reject_status, 503);
+}
+
+#[test]
+fn a_huge_invalid_value_is_cut_in_the_error() {
+    let big = "x".repeat(10_000_000);
+    let e = parse_err(&format!(r#"{{"mode":"{big}"}}"#));
+    // The reason is "unknown variant `<10^7 x>`, expected `enforce` or `shadow` at line 1
+    // column 10000010": 17 + 10^7 + 59 bytes, of which 256 are kept.
+    assert_eq!(
+        e,
+        format!(
+            "mode: unknown variant `{}... (9999820 more bytes)",
+            "x".repeat(239)
+        ),
+        "{}",
+        &e[..e.len().min(400)]
+    );
+    // A huge map key is cut in the path too; a short error is left whole.
+    let e = parse_err(&format!(r#"{{"classes":{{"{big}":{{}}}}}}"#));
+    assert_eq!(
+        e,
+        format!(
+            "classes.{}... (9999752 more bytes): unknown class",
+            "x".repeat(248)
+        )
+    );
+    assert_eq!(
+        parse_err(r#"{"mode":"off"}"#),
+        "mode: unknown variant `off`, expected `enforce` or `shadow` at line 1 column 13"
+    );
+}
