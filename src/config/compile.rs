@@ -2,7 +2,7 @@
 //! section; the first problem found is the error, naming the field path.
 
 use super::defaults::{default_exempt_paths, default_limits, default_policy, DEFAULT_CLASS_HEADER};
-use super::headers::{header_name, key_header_name};
+use super::headers::{header_name, key_header_name, taken_over_header_name};
 use super::raw::{RawClassPolicy, RawConfig, RawLimit, RawShedding};
 use super::warnings;
 use super::{
@@ -38,7 +38,7 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     let classes = compile_classes(&raw.classes)?;
     compile_routes(&raw.routes)?;
     // Before the limits: a limit may not be keyed by the class header.
-    let class_header = header_name(
+    let class_header = taken_over_header_name(
         "class_header",
         raw.class_header.as_deref().unwrap_or(DEFAULT_CLASS_HEADER),
     )?;
@@ -377,7 +377,7 @@ fn compile_limits(
                 }
                 Some(Cost {
                     reserve: c.reserve,
-                    from_response_header: header_name(
+                    from_response_header: taken_over_header_name(
                         &format!("{p}.cost.from_response_header"),
                         &c.from_response_header,
                     )?,

@@ -40,6 +40,89 @@ pub(super) fn header_name(path: &str, s: &str) -> Result<String, ConfigError> {
     Ok(lower)
 }
 
+/// Why crawlguard must not take over a header (as `class_header`, which it replaces on every
+/// request, or a cost header, which it removes from every response): the groups each refused
+/// name is in. A prefix ending in `-` refuses every name it starts.
+pub const TAKE_OVER_REFUSED: &[(&[&str], &str)] = &[
+    (
+        &[
+            "authorization",
+            "proxy-authorization",
+            "cookie",
+            "set-cookie",
+            "www-authenticate",
+            "proxy-authenticate",
+        ],
+        "it carries credentials or cookies, which the origin or the client would lose",
+    ),
+    (
+        &[
+            "connection",
+            "keep-alive",
+            "proxy-connection",
+            "te",
+            "trailer",
+            "transfer-encoding",
+            "upgrade",
+            "content-length",
+            "content-encoding",
+            "content-type",
+            "host",
+        ],
+        "hop-by-hop, framing or routing: Envoy and the origin need it intact",
+    ),
+    (
+        &["user-agent", "x-forwarded-for", "forwarded", "via"],
+        "it says who the client is: crawlguard classifies by it and the origin needs it",
+    ),
+    (
+        &[
+            "retry-after",
+            "cache-control",
+            "ratelimit",
+            "ratelimit-policy",
+            "location",
+            "vary",
+            "etag",
+            "expires",
+            "last-modified",
+            "age",
+            "date",
+        ],
+        "standard response semantics (crawlguard sets some of them on its own answers): \
+         clients and caches need it intact",
+    ),
+    (
+        &["x-envoy-"],
+        "Envoy's own headers (x-envoy-*): Envoy sets, strips and acts on them",
+    ),
+];
+
+/// A header crawlguard takes over (`class_header`: replaced on every request; a cost
+/// header: removed from every response): a token, not in [`TAKE_OVER_REFUSED`].
+///
+/// Errors: `path: "<s>" is not a valid header name` or
+/// `path: "<s>" cannot be taken over by crawlguard: <reason>`.
+pub(super) fn taken_over_header_name(path: &str, s: &str) -> Result<String, ConfigError> {
+    let lower = token(path, s)?;
+    let hit = TAKE_OVER_REFUSED.iter().find(|(names, _)| {
+        names.iter().any(|n| {
+            if n.ends_with('-') {
+                lower.starts_with(n)
+            } else {
+                lower == *n
+            }
+        })
+    });
+    match hit {
+        Some((_, why)) => Err(err(
+            path,
+            format!("{s:?} cannot be taken over by crawlguard: {why}"),
+        )),
+        None => Ok(lower),
+    }
+}
+
 /// Request headers a limit may not be keyed by (`limits[].key: "header:<name>"`), and why.
 /// Everything else is allowed, `user-agent` included (one bucket per User-Agent string,
 /// whatever address sends it).

@@ -60,7 +60,7 @@ impl std::error::Error for ConfigError {}
 
 /// Longest path or reason a [`ConfigError`] carries, bytes: errors quote the offending
 /// value, and a 10 MB value echoed whole would flood the log line.
-pub const MAX_ERROR_PART_BYTES: usize = 256;
+pub const MAX_ERROR_PART_BYTES: usize = 1024;
 
 /// `s` cut to [`MAX_ERROR_PART_BYTES`] (at a char boundary), saying how much was cut.
 fn cut(mut s: String) -> String {

@@ -609,12 +609,12 @@ fn a_huge_invalid_value_is_cut_in_the_error() {
     let big = "x".repeat(10_000_000);
     let e = parse_err(&format!(r#"{{"mode":"{big}"}}"#));
     // The reason is "unknown variant `<10^7 x>`, expected `enforce` or `shadow` at line 1
-    // column 10000010": 17 + 10^7 + 59 bytes, of which 256 are kept.
+    // column 10000010": 17 + 10^7 + 59 bytes, of which 1024 are kept.
     assert_eq!(
         e,
         format!(
-            "mode: unknown variant `{}... (9999820 more bytes)",
-            "x".repeat(239)
+            "mode: unknown variant `{}... (9999052 more bytes)",
+            "x".repeat(1007)
         ),
         "{}",
         &e[..e.len().min(400)]
@@ -624,12 +624,78 @@ fn a_huge_invalid_value_is_cut_in_the_error() {
     assert_eq!(
         e,
         format!(
-            "classes.{}... (9999752 more bytes): unknown class",
-            "x".repeat(248)
+            "classes.{}... (9998984 more bytes): unknown class",
+            "x".repeat(1016)
         )
     );
     assert_eq!(
         parse_err(r#"{"mode":"off"}"#),
         "mode: unknown variant `off`, expected `enforce` or `shadow` at line 1 column 13"
     );
+}
+
+#[test]
+fn headers_crawlguard_must_not_take_over_are_refused() {
+    let cost = |h: &str| {
+        format!(
+            r#"{{"limits":[{{"name":"a","class":"*","route":"*","rate_per_s":1,"burst":5,"key":"client_ip","cost":{{"reserve":1,"from_response_header":"{h}"}}}}]}}"#
+        )
+    };
+    let cred = "it carries credentials or cookies, which the origin or the client would lose";
+    let cases = [
+        (
+            r#"{"class_header":"Authorization"}"#.to_string(),
+            format!("class_header: \"Authorization\" cannot be taken over by crawlguard: {cred}"),
+        ),
+        (
+            r#"{"class_header":"cookie"}"#.to_string(),
+            format!("class_header: \"cookie\" cannot be taken over by crawlguard: {cred}"),
+        ),
+        (
+            r#"{"class_header":"x-envoy-upstream-rq-timeout-ms"}"#.to_string(),
+            "class_header: \"x-envoy-upstream-rq-timeout-ms\" cannot be taken over by \
+             crawlguard: Envoy's own headers (x-envoy-*): Envoy sets, strips and acts on them"
+                .to_string(),
+        ),
+        (
+            r#"{"class_header":"user-agent"}"#.to_string(),
+            "class_header: \"user-agent\" cannot be taken over by crawlguard: it says who the \
+             client is: crawlguard classifies by it and the origin needs it"
+                .to_string(),
+        ),
+        (
+            cost("Set-Cookie"),
+            format!(
+                "limits[0].cost.from_response_header: \"Set-Cookie\" cannot be taken over by \
+                 crawlguard: {cred}"
+            ),
+        ),
+        (
+            cost("retry-after"),
+            "limits[0].cost.from_response_header: \"retry-after\" cannot be taken over by \
+             crawlguard: standard response semantics (crawlguard sets some of them on its own \
+             answers): clients and caches need it intact"
+                .to_string(),
+        ),
+        (
+            cost("transfer-encoding"),
+            "limits[0].cost.from_response_header: \"transfer-encoding\" cannot be taken over \
+             by crawlguard: hop-by-hop, framing or routing: Envoy and the origin need it intact"
+                .to_string(),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (doc, want) in &cases {
+        let got = match parse(doc.as_bytes()) {
+            Ok(_) => "<accepted>".to_string(),
+            Err(e) => e.to_string(),
+        };
+        if got != *want {
+            failures.push(format!("{doc}\n   want: {want}\n    got: {got}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let c = parse(br#"{"class_header":"X-Bot-Class"}"#).expect("an own header is fine");
+    assert_eq!(c.class_header, "x-bot-class");
+    parse(cost("x-crawlguard-cost").as_bytes()).expect("an own cost header is fine");
 }
