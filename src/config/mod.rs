@@ -9,10 +9,12 @@
 //! document; `defaults.rs` every default value (the one source: `envoy/crawlguard.default.json`
 //! and the README reference are checked against it by tests); `compile.rs` the validation,
 //! one `compile_<section>` per section; `headers.rs` the header names each use refuses;
-//! `warnings.rs` what is valid but probably not meant (logged at load).
+//! `warnings.rs` what is valid but probably not meant (logged at load); `error.rs` the
+//! error type.
 
 mod compile;
 mod defaults;
+mod error;
 mod headers;
 mod raw;
 mod warnings;
@@ -21,9 +23,10 @@ use crate::bucket::Rate;
 use crate::class::Class;
 use crate::classify::Classifier;
 use serde::Deserialize;
-use std::fmt;
 
 pub use defaults::DEFAULT_CLASS_HEADER;
+use error::err;
+pub use error::{ConfigError, MAX_ERROR_PART_BYTES};
 pub use headers::{key_header_is_list, KEY_REFUSED};
 
 /// The embedded default configuration (also shipped as `envoy/crawlguard.default.json`).
@@ -40,50 +43,6 @@ pub const DEFAULT_ROUTE: &str = "default";
 /// tiny rate (`1e-10`/s) pushed the times past u64, where the math used to saturate into
 /// "allow" (the bucket now refuses what it cannot store; validation keeps configs away).
 pub const MAX_REFILL_S: f64 = 31_536_000.0;
-
-/// A configuration error: the field path (`limits[2].rate_per_s`, or `<root>`) and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// Dotted path of the offending field, with `[i]` for list items.
-    pub path: String,
-    /// Human-readable reason.
-    pub reason: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.reason)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-/// Longest path or reason a [`ConfigError`] carries, bytes: errors quote the offending
-/// value, and a 10 MB value echoed whole would flood the log line.
-pub const MAX_ERROR_PART_BYTES: usize = 1024;
-
-/// `s` cut to [`MAX_ERROR_PART_BYTES`] (at a char boundary), saying how much was cut.
-fn cut(mut s: String) -> String {
-    if s.len() <= MAX_ERROR_PART_BYTES {
-        return s;
-    }
-    let mut end = MAX_ERROR_PART_BYTES;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    let more = s.len() - end;
-    s.truncate(end);
-    s.push_str(&format!("... ({more} more bytes)"));
-    s
-}
-
-/// A [`ConfigError`] for field `path`, each part cut to [`MAX_ERROR_PART_BYTES`].
-fn err(path: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-    ConfigError {
-        path: cut(path.into()),
-        reason: cut(reason.into()),
-    }
-}
 
 /// `enforce` rejects over-limit requests; `shadow` only counts and annotates them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
