@@ -617,15 +617,19 @@ enum KeyPart<'a> {
 /// it names or be rejected, so padding cannot hide an exhausted key among fresh ones.
 pub const MAX_KEY_VALUES: usize = 16;
 
-/// The distinct values of a key header: every line, split on commas (RFC 9110 section 5.3
-/// list syntax), trimmed, blanks dropped, in first-seen order. A request that repeats the
-/// header (or lists several values) is charged once per distinct value, so a client cannot
-/// slip an exhausted key past the limit behind a fresh one. Collecting stops at
-/// `MAX_KEY_VALUES + 1` values (enough to know the request is malformed), so a huge list
-/// costs no more than that many comparisons per part.
-pub fn key_values(lines: &[Vec<u8>]) -> Vec<&[u8]> {
+/// The distinct values of a key header: every line, split on commas when `list` (RFC 9110
+/// section 5.3 list syntax; not for `user-agent`, see [`crate::config::key_header_is_list`]),
+/// trimmed, blanks dropped, in first-seen order. A request that repeats the header (or lists
+/// several values) is charged once per distinct value, so a client cannot slip an exhausted
+/// key past the limit behind a fresh one. Collecting stops at `MAX_KEY_VALUES + 1` values
+/// (enough to know the request is malformed), so a huge list costs no more than that many
+/// comparisons per part.
+pub fn key_values(lines: &[Vec<u8>], list: bool) -> Vec<&[u8]> {
     let mut out: Vec<&[u8]> = Vec::new();
-    for part in lines.iter().flat_map(|l| l.split(|b| *b == b',')) {
+    let parts = lines
+        .iter()
+        .flat_map(|l| l.split(move |b| list && *b == b','));
+    for part in parts {
         let v = part.trim_ascii();
         if !v.is_empty() && !out.contains(&v) {
             out.push(v);
@@ -693,7 +697,10 @@ pub fn decide(
                 std::slice::from_ref(&one_key)
             }
             KeyKind::Header(name) => {
-                let values = key_values(req.header_lines(name));
+                let values = key_values(
+                    req.header_lines(name),
+                    crate::config::key_header_is_list(name),
+                );
                 if values.len() > MAX_KEY_VALUES {
                     decision = match cfg.mode {
                         Mode::Enforce => Decision::Malformed { limit: i },
@@ -1096,15 +1103,27 @@ mod tests {
     #[test]
     fn key_values_split_dedupe_and_trim() {
         let lines = vec![b"a, b".to_vec(), b" a ,c,,".to_vec(), b"".to_vec()];
-        assert_eq!(key_values(&lines), vec![&b"a"[..], b"b", b"c"]);
-        assert!(key_values(&[]).is_empty());
-        assert!(key_values(&[b" , ".to_vec()]).is_empty());
+        assert_eq!(key_values(&lines, true), vec![&b"a"[..], b"b", b"c"]);
+        assert!(key_values(&[], true).is_empty());
+        assert!(key_values(&[b" , ".to_vec()], true).is_empty());
         // Collection stops one past the maximum.
         let huge: Vec<u8> = (0..10_000)
             .map(|i| format!("v{i},"))
             .collect::<String>()
             .into_bytes();
-        assert_eq!(key_values(&[huge]).len(), MAX_KEY_VALUES + 1);
+        assert_eq!(key_values(&[huge], true).len(), MAX_KEY_VALUES + 1);
+    }
+
+    #[test]
+    fn a_user_agent_key_is_each_whole_line() {
+        // Chrome and Edge share the part before the comma in "(KHTML, like Gecko)": split
+        // there, they would share a bucket.
+        let chrome = b"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like \
+                       Gecko) Chrome/120.0.0.0 Safari/537.36";
+        let lines = vec![chrome.to_vec(), b" curl/8.5.0 ".to_vec(), chrome.to_vec()];
+        let list = crate::config::key_header_is_list("user-agent");
+        assert_eq!(key_values(&lines, list), vec![&chrome[..], b"curl/8.5.0"]);
+        assert!(crate::config::key_header_is_list("x-api-key"));
     }
 
     #[test]

@@ -168,7 +168,7 @@ fn invalid_configurations_exit_1_with_the_filters_message() {
         text(&out.stderr)
     );
     assert!(text(&out.stdout)
-        .contains("api-route.json: configuration: ok (mode enforce, 3 limits, 1 routes"));
+        .contains("api-route.json: configuration: ok (mode enforce, 11 limits, 1 routes"));
     let out = check(&["/nonexistent.json"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("/nonexistent.json"));
@@ -179,9 +179,10 @@ fn invalid_configurations_exit_1_with_the_filters_message() {
 #[test]
 fn load_warnings_are_printed_one_line_each_and_do_not_fail() {
     // A script limit that refills one token every 100 s, while scripts are told to come
-    // back after at most 30 s.
+    // back after at most 30 s (and a limit for everyone, so every class stays covered).
     let cfg = r#"{"classes":{"script":{"retry_after":{"max_s":30}}},"limits":[
-        {"name":"slow_scripts","class":"script","route":"*","rate_per_s":0.01,"burst":1,"key":"client_ip"}]}"#;
+        {"name":"slow_scripts","class":"script","route":"*","rate_per_s":0.01,"burst":1,"key":"client_ip"},
+        {"name":"everyone","class":"*","route":"*","rate_per_s":20,"burst":100,"key":"client_ip"}]}"#;
     let dir = tempfile::tempdir().expect("tmp");
     let p = dir.path().join("slow.json");
     std::fs::write(&p, cfg).expect("write");
@@ -192,12 +193,82 @@ fn load_warnings_are_printed_one_line_each_and_do_not_fail() {
     assert_eq!(
         text(&out.stdout),
         format!(
-            "{f}: configuration: ok (mode enforce, 1 limits, 0 routes, 161 bots, 65536 bucket \
+            "{f}: configuration: ok (mode enforce, 2 limits, 0 routes, 161 bots, 65536 bucket \
              slots, verifier cluster \"crawlguard_verifier\")\n\
              {f}: configuration: configuration warning: limits[0].rate_per_s: limit \
              \"slow_scripts\" refills one token every 100 s (1 / rate_per_s), longer than \
              classes.script.retry_after.max_s (30 s): a client of class script that waits \
              Retry-After can be rejected again\n"
         )
+    );
+}
+
+#[test]
+fn a_class_left_unlimited_and_robots_txt_not_exempt_are_warned_about() {
+    // The API route example as it was: its own limits replaced the nine defaults, and its own
+    // exempt_paths the default list.
+    let cfg = r#"{"routes":[{"name":"api","path_prefix":"/api/"}],"limits":[
+        {"name":"human_per_ip","class":"human","route":"*","rate_per_s":20,"burst":100,"key":"client_ip"},
+        {"name":"api_per_key","class":"*","route":"api","rate_per_s":5,"burst":10,"key":"header:x-api-key"}],
+        "exempt_paths":["/sitemap.xml"]}"#;
+    let out = Command::new(BIN)
+        .args(["check-config", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            if let Some(mut i) = c.stdin.take() {
+                i.write_all(cfg.as_bytes())?;
+            }
+            c.wait_with_output()
+        })
+        .expect("run crawlguard");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    let lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+    let w = |class: &str, default: &str| {
+        format!(
+            "-: configuration: configuration warning: limits: no enforced limit covers class \
+             {class} on route default: its requests there are never limited (a configuration's \
+             own limits replace all 9 defaults; the default for {class}: {default})"
+        )
+    };
+    assert_eq!(
+        lines,
+        [
+            "-: configuration: ok (mode enforce, 2 limits, 1 routes, 161 bots, 65536 bucket \
+             slots, verifier cluster \"crawlguard_verifier\")"
+                .to_string(),
+            w(
+                "search_crawler",
+                "search_crawler_per_ip (10/s, burst 50, key client_ip)"
+            ),
+            w(
+                "ai_retriever",
+                "ai_retriever_per_ip (5/s, burst 20, key client_ip)"
+            ),
+            w(
+                "ai_trainer",
+                "ai_trainer_per_ip (1/s, burst 5, key client_ip)"
+            ),
+            w(
+                "other_bot",
+                "other_bot_per_ip (1/s, burst 10, key client_ip)"
+            ),
+            w("script", "script_per_ip (1/s, burst 10, key client_ip)"),
+            w(
+                "unverified_bot",
+                "unverified_bot_per_ip (0.5/s, burst 5, key client_ip) and \
+                 unverified_bot_global (20/s, burst 100, key global)"
+            ),
+            w("spoofed", "spoofed_per_ip (0.1/s, burst 2, key client_ip)"),
+            "-: configuration: configuration warning: exempt_paths: \"/robots.txt\" is not \
+             exempt: crawlers fetching it are limited like any page, and a crawler refused its \
+             robots.txt may stop crawling the site (Googlebot treats a 429 or 5xx there as a \
+             server error); the default list exempts it, a configuration's own list replaces \
+             the default"
+                .to_string(),
+        ]
     );
 }

@@ -2,13 +2,15 @@
 //! section; the first problem found is the error, naming the field path.
 
 use super::defaults::{default_exempt_paths, default_limits, default_policy, DEFAULT_CLASS_HEADER};
+use super::headers::{header_name, key_header_name, taken_over_header_name};
 use super::raw::{RawClassPolicy, RawConfig, RawLimit, RawShedding};
+use super::warnings;
 use super::{
     defaults, err, BotsMode, ClassPolicy, ClientIpConfig, Config, ConfigError, Cost, FleetConfig,
     KeyKind, Limit, Mode, RetryAfter, RewriteConfig, Route, ShedThresholds, Shedding, StoreConfig,
     VerifierConfig, DEFAULT_ROUTE, MAX_REFILL_S,
 };
-use crate::bucket::{Rate, NS_PER_S};
+use crate::bucket::Rate;
 use crate::catalog::{builtin_catalog, BotEntry};
 use crate::class::Class;
 use crate::classify::Classifier;
@@ -28,34 +30,6 @@ fn is_name(s: &str, dot: bool) -> bool {
         })
 }
 
-/// RFC 9110 section 5.1 field-name token, lowercased.
-fn header_name(path: &str, s: &str) -> Result<String, ConfigError> {
-    const TCHAR: &[u8] = b"!#$%&'*+-.^_`|~";
-    let lower = s.to_ascii_lowercase();
-    if lower.is_empty()
-        || lower.len() > 128
-        || !lower
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || TCHAR.contains(&b))
-    {
-        return Err(err(path, format!("{s:?} is not a valid header name")));
-    }
-    const RESERVED: &[&str] = &[
-        "host",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "te",
-        "upgrade",
-        "user-agent",
-        "x-forwarded-for",
-    ];
-    if RESERVED.contains(&lower.as_str()) {
-        return Err(err(path, format!("{s:?} is reserved")));
-    }
-    Ok(lower)
-}
-
 /// Validates every section of `raw` and builds the [`Config`].
 pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     let client_ip = compile_client_ip(raw.client_ip)?;
@@ -63,12 +37,17 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         .with_non_browser_class(compile_non_browser_class(raw.non_browser_class)?);
     let classes = compile_classes(&raw.classes)?;
     compile_routes(&raw.routes)?;
+    // Before the limits: a limit may not be keyed by the class header.
+    let class_header = taken_over_header_name(
+        "class_header",
+        raw.class_header.as_deref().unwrap_or(DEFAULT_CLASS_HEADER),
+    )?;
     let limits = compile_limits(
         raw.limits.unwrap_or_else(default_limits),
         &raw.routes,
         raw.mode,
+        &class_header,
     )?;
-    let warnings = retry_after_warnings(&limits, &classes);
     let mut cost_headers: Vec<String> = limits
         .iter()
         .filter_map(|l| l.cost.as_ref().map(|c| c.from_response_header.clone()))
@@ -76,10 +55,9 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     cost_headers.sort();
     cost_headers.dedup();
     let exempt_paths = compile_exempt_paths(raw.exempt_paths.unwrap_or_else(default_exempt_paths))?;
-    let class_header = header_name(
-        "class_header",
-        raw.class_header.as_deref().unwrap_or(DEFAULT_CLASS_HEADER),
-    )?;
+    let mut found = warnings::retry_after(&limits, &classes);
+    found.extend(warnings::uncovered_classes(&limits, &raw.routes, raw.mode));
+    found.extend(warnings::robots_txt_not_exempt(&exempt_paths));
     compile_store(&raw.store)?;
     compile_verifier(&raw.verifier)?;
     compile_fleet(&raw.fleet)?;
@@ -106,7 +84,7 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         rewrite: raw.rewrite,
         shedding,
         degraded,
-        warnings,
+        warnings: found,
     })
 }
 
@@ -302,11 +280,13 @@ fn compile_routes(routes: &[Route]) -> Result<(), ConfigError> {
 }
 
 /// `limits`: unique names, known class and route, a rate and burst that fit (refill within
-/// [`MAX_REFILL_S`]), a valid key.
+/// [`MAX_REFILL_S`]), a valid key (a header key not refused, see `headers::KEY_REFUSED`,
+/// and not `class_header`).
 fn compile_limits(
     raw_limits: Vec<RawLimit>,
     routes: &[Route],
     mode: Mode,
+    class_header: &str,
 ) -> Result<Vec<Limit>, ConfigError> {
     let mut limits = Vec::with_capacity(raw_limits.len());
     let mut limit_names = HashSet::new();
@@ -377,7 +357,7 @@ fn compile_limits(
             "client_ip" => KeyKind::ClientIp,
             "global" => KeyKind::Global,
             k => match k.strip_prefix("header:") {
-                Some(h) => KeyKind::Header(header_name(&format!("{p}.key"), h)?),
+                Some(h) => KeyKind::Header(key_header_name(&format!("{p}.key"), h, class_header)?),
                 None => {
                     return Err(err(
                         format!("{p}.key"),
@@ -397,7 +377,7 @@ fn compile_limits(
                 }
                 Some(Cost {
                     reserve: c.reserve,
-                    from_response_header: header_name(
+                    from_response_header: taken_over_header_name(
                         &format!("{p}.cost.from_response_header"),
                         &c.from_response_header,
                     )?,
@@ -645,35 +625,4 @@ fn compile_shedding(
         order,
         retry_after,
     })
-}
-
-/// One warning per (limit, class it applies to) whose refill interval, `1 / rate_per_s`, is
-/// longer than the class's `retry_after.max_s`: a client that waits the clamped Retry-After
-/// comes back before a token has, and is rejected again. The clamp is the operator's choice
-/// and stays; the warning says what it costs. A limit of class `*` is checked against every
-/// class.
-fn retry_after_warnings(
-    limits: &[Limit],
-    classes: &[ClassPolicy; Class::ALL.len()],
-) -> Vec<String> {
-    let mut out = Vec::new();
-    for (i, l) in limits.iter().enumerate() {
-        for (class, policy) in Class::ALL.iter().zip(classes) {
-            if l.class.is_some_and(|c| c != *class) {
-                continue;
-            }
-            let max_s = policy.retry_after.max_s;
-            if u128::from(l.rate.emission_ns) > u128::from(max_s) * u128::from(NS_PER_S) {
-                out.push(format!(
-                    "limits[{i}].rate_per_s: limit {:?} refills one token every {} s \
-                     (1 / rate_per_s), longer than classes.{class}.retry_after.max_s ({max_s} s): \
-                     a client of class {class} that waits Retry-After can be rejected again",
-                    l.name,
-                    l.rate.emission_ns as f64 / NS_PER_S as f64,
-                    class = class.as_str(),
-                ));
-            }
-        }
-    }
-    out
 }

@@ -8,19 +8,26 @@
 //! Files: this one holds the compiled types and [`parse`]; `raw.rs` the serde shapes of the
 //! document; `defaults.rs` every default value (the one source: `envoy/crawlguard.default.json`
 //! and the README reference are checked against it by tests); `compile.rs` the validation,
-//! one `compile_<section>` per section.
+//! one `compile_<section>` per section; `headers.rs` the header names each use refuses;
+//! `warnings.rs` what is valid but probably not meant (logged at load); `error.rs` the
+//! error type.
 
 mod compile;
 mod defaults;
+mod error;
+mod headers;
 mod raw;
+mod warnings;
 
 use crate::bucket::Rate;
 use crate::class::Class;
 use crate::classify::Classifier;
 use serde::Deserialize;
-use std::fmt;
 
 pub use defaults::DEFAULT_CLASS_HEADER;
+use error::err;
+pub use error::{ConfigError, MAX_ERROR_PART_BYTES};
+pub use headers::{key_header_is_list, KEY_REFUSED};
 
 /// The embedded default configuration (also shipped as `envoy/crawlguard.default.json`).
 pub const DEFAULT_CONFIG_JSON: &str = include_str!("../../envoy/crawlguard.default.json");
@@ -36,31 +43,6 @@ pub const DEFAULT_ROUTE: &str = "default";
 /// tiny rate (`1e-10`/s) pushed the times past u64, where the math used to saturate into
 /// "allow" (the bucket now refuses what it cannot store; validation keeps configs away).
 pub const MAX_REFILL_S: f64 = 31_536_000.0;
-
-/// A configuration error: the field path (`limits[2].rate_per_s`, or `<root>`) and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// Dotted path of the offending field, with `[i]` for list items.
-    pub path: String,
-    /// Human-readable reason.
-    pub reason: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.reason)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-/// A [`ConfigError`] for field `path`.
-fn err(path: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-    ConfigError {
-        path: path.into(),
-        reason: reason.into(),
-    }
-}
 
 /// `enforce` rejects over-limit requests; `shadow` only counts and annotates them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

@@ -6,8 +6,42 @@ use super::{
 };
 use crate::catalog::BotEntry;
 use crate::class::Class;
-use serde::Deserialize;
+use serde::de::{Error as _, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+
+/// A JSON object read as a map, refusing a key that appears twice: serde's maps keep the
+/// last value, so `{"human": {...}, "human": {}}` silently dropped the first entry, even an
+/// invalid one. Duplicate struct fields are refused by serde itself.
+///
+/// Errors: `duplicate key "<key>"` (at the map's path).
+fn unique_keys<'de, D, V>(d: D) -> Result<BTreeMap<String, V>, D::Error>
+where
+    D: Deserializer<'de>,
+    V: Deserialize<'de>,
+{
+    struct Unique<V>(PhantomData<V>);
+    impl<'de, V: Deserialize<'de>> Visitor<'de> for Unique<V> {
+        type Value = BTreeMap<String, V>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(k) = m.next_key::<String>()? {
+                if out.contains_key(&k) {
+                    return Err(A::Error::custom(format!("duplicate key {k:?}")));
+                }
+                let v = m.next_value()?;
+                out.insert(k, v);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Unique(PhantomData))
+}
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -21,7 +55,7 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) bots_mode: BotsMode,
     pub(super) non_browser_class: Option<Class>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_keys")]
     pub(super) classes: BTreeMap<String, RawClassPolicy>,
     #[serde(default)]
     pub(super) routes: Vec<Route>,
@@ -104,7 +138,7 @@ pub(super) struct RawShedding {
     pub(super) step_s: Option<u32>,
     pub(super) order: Option<Vec<Class>>,
     pub(super) retry_after: Option<RawRetryAfter>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_keys")]
     pub(super) routes: BTreeMap<String, RawShedOverride>,
 }
 

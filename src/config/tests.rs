@@ -381,3 +381,321 @@ fn bots_extend_puts_configured_entries_first_and_replace_drops_builtins() {
         .expect("valid");
     assert_eq!(c.classifier.entries().len(), 1);
 }
+
+/// `envoy/examples/api-route.json` as it was shipped before issue 19: its own `limits`
+/// replaced all nine defaults and left most classes unlimited off the API.
+const OLD_API_ROUTE: &str = r#"{
+  "routes": [{ "name": "api", "path_prefix": "/api/" }],
+  "limits": [
+    { "name": "human_per_ip", "class": "human", "route": "*", "rate_per_s": 20, "burst": 100, "key": "client_ip" },
+    { "name": "api_per_key", "class": "*", "route": "api", "rate_per_s": 5, "burst": 10, "key": "header:x-api-key" },
+    { "name": "crawlers_off_api", "class": "search_crawler", "route": "api", "rate_per_s": 0.2, "burst": 2, "key": "client_ip" }
+  ],
+  "ratelimit_headers": true
+}"#;
+
+#[test]
+fn a_class_no_enforced_limit_covers_is_warned_about_per_route() {
+    let c = parse(OLD_API_ROUTE.as_bytes()).expect("valid: warnings do not refuse");
+    let w = |class: &str, default: &str| {
+        format!(
+            "limits: no enforced limit covers class {class} on route default: its requests \
+             there are never limited (a configuration's own limits replace all 9 defaults; \
+             the default for {class}: {default})"
+        )
+    };
+    assert_eq!(
+        c.warnings,
+        [
+            w(
+                "search_crawler",
+                "search_crawler_per_ip (10/s, burst 50, key client_ip)"
+            ),
+            w(
+                "ai_retriever",
+                "ai_retriever_per_ip (5/s, burst 20, key client_ip)"
+            ),
+            w(
+                "ai_trainer",
+                "ai_trainer_per_ip (1/s, burst 5, key client_ip)"
+            ),
+            w(
+                "other_bot",
+                "other_bot_per_ip (1/s, burst 10, key client_ip)"
+            ),
+            w("script", "script_per_ip (1/s, burst 10, key client_ip)"),
+            w(
+                "unverified_bot",
+                "unverified_bot_per_ip (0.5/s, burst 5, key client_ip) and \
+                 unverified_bot_global (20/s, burst 100, key global)"
+            ),
+            w("spoofed", "spoofed_per_ip (0.1/s, burst 2, key client_ip)"),
+        ]
+    );
+    // No route at all: the class is named without one; a shadow limit protects nothing.
+    let c = parse(
+        br#"{"limits":[
+            {"name":"a","class":"*","route":"*","rate_per_s":1,"burst":1,"key":"client_ip"},
+            {"name":"s","class":"spoofed","route":"*","rate_per_s":1,"burst":1,"key":"client_ip","mode":"shadow"}],
+          "routes":[{"name":"api","path_prefix":"/api/"}]}"#,
+    )
+    .expect("valid");
+    assert_eq!(c.warnings, Vec::<String>::new());
+    let c = parse(
+        br#"{"limits":[
+            {"name":"h","class":"human","route":"*","rate_per_s":1,"burst":1,"key":"client_ip"},
+            {"name":"s","class":"spoofed","route":"*","rate_per_s":1,"burst":1,"key":"client_ip","mode":"shadow"},
+            {"name":"a","class":"*","route":"api","rate_per_s":1,"burst":1,"key":"client_ip","mode":"shadow"}],
+          "routes":[{"name":"api","path_prefix":"/api/"},{"name":"b","path_prefix":"/b/"}]}"#,
+    )
+    .expect("valid");
+    let spoofed: Vec<&String> = c
+        .warnings
+        .iter()
+        .filter(|w| w.contains("class spoofed"))
+        .collect();
+    assert_eq!(
+        spoofed,
+        [
+            "limits: no enforced limit covers class spoofed: its requests are never limited (a \
+          configuration's own limits replace all 9 defaults; the default for spoofed: \
+          spoofed_per_ip (0.1/s, burst 2, key client_ip))"
+        ]
+    );
+    assert_eq!(c.warnings.len(), 7, "{:#?}", c.warnings);
+    // Global shadow mode: the whole configuration is a trial, its limits count.
+    let c = parse(
+        br#"{"mode":"shadow","limits":[
+            {"name":"a","class":"*","route":"*","rate_per_s":1,"burst":1,"key":"client_ip"}]}"#,
+    )
+    .expect("valid");
+    assert_eq!(c.warnings, Vec::<String>::new());
+}
+
+#[test]
+fn exempt_paths_without_robots_txt_are_warned_about() {
+    let c = parse(br#"{"exempt_paths":["/sitemap.xml"]}"#).expect("valid");
+    assert_eq!(
+        c.warnings,
+        [
+            "exempt_paths: \"/robots.txt\" is not exempt: crawlers fetching it are limited like \
+          any page, and a crawler refused its robots.txt may stop crawling the site (Googlebot \
+          treats a 429 or 5xx there as a server error); the default list exempts it, a \
+          configuration's own list replaces the default"
+        ]
+    );
+    let c = parse(br#"{"exempt_paths":["/robots.txt"]}"#).expect("valid");
+    assert_eq!(c.warnings, Vec::<String>::new());
+}
+
+#[test]
+fn shipped_examples_keep_every_class_limited() {
+    for (name, doc) in [
+        (
+            "api-route.json",
+            include_str!("../../envoy/examples/api-route.json"),
+        ),
+        (
+            "cost-quotas.json",
+            include_str!("../../envoy/examples/cost-quotas.json"),
+        ),
+    ] {
+        let c = parse(doc.as_bytes()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(c.warnings, Vec::<String>::new(), "{name}");
+        // The spoofed and unverified protections of the defaults, unchanged.
+        for default in [
+            "unverified_bot_per_ip",
+            "unverified_bot_global",
+            "spoofed_per_ip",
+        ] {
+            let want = parse(b"{}")
+                .expect("default")
+                .limits
+                .into_iter()
+                .find(|l| l.name == default);
+            let have = c.limits.iter().find(|l| l.name == default).cloned();
+            assert_eq!(have, want, "{name}: {default}");
+        }
+    }
+}
+
+#[test]
+fn a_limit_may_be_keyed_by_user_agent_but_not_by_unsafe_headers() {
+    let c = parse(one_limit(r#""client_ip""#, r#""header:User-Agent""#).as_bytes())
+        .expect("user-agent is a key");
+    assert_eq!(c.limits[0].key, KeyKind::Header("user-agent".into()));
+    let c = parse(one_limit(r#""client_ip""#, r#""header:authorization""#).as_bytes())
+        .expect("authorization is a key");
+    assert_eq!(c.limits[0].key, KeyKind::Header("authorization".into()));
+    let key = |h: &str| one_limit(r#""client_ip""#, &format!("\"header:{h}\""));
+    let refused =
+        |h: &str, why: &str| format!("limits[0].key: \"header:{h}\" cannot be a limit key: {why}");
+    let xff = "clients write any addresses into it and every listed value is charged, so a \
+               client could spend other clients' buckets by naming their addresses; use key \
+               \"client_ip\" with client_ip.source \"xff\", which takes the entry your proxies \
+               appended";
+    let hop = "hop-by-hop (RFC 9110 section 7.6.1): Envoy consumes it, so the key would be one \
+               bucket for nearly every request";
+    let mut cases = vec![
+        (
+            key("Host"),
+            refused(
+                "Host",
+                "Envoy keeps the Host as :authority, so no `host` header reaches the filter \
+                 and every request would share one bucket",
+            ),
+        ),
+        (key("x-forwarded-for"), refused("x-forwarded-for", xff)),
+        (key("forwarded"), refused("forwarded", xff)),
+        (key("connection"), refused("connection", hop)),
+        (key("te"), refused("te", hop)),
+        (
+            key("content-length"),
+            refused(
+                "content-length",
+                "message framing, not the client: the key would be one bucket per body size",
+            ),
+        ),
+    ];
+    let class = "it is class_header, which crawlguard sets to the class (the client's value \
+                 is removed); limit by class with limits[].class";
+    cases.push((key("x-crawler-class"), refused("x-crawler-class", class)));
+    let custom = format!(
+        r#"{{"class_header":"X-Class","limits":[{}]}}"#,
+        L.replace(r#""client_ip""#, r#""header:x-class""#)
+    );
+    cases.push((custom, refused("x-class", class)));
+    let mut failures = Vec::new();
+    for (doc, want) in &cases {
+        let got = match parse(doc.as_bytes()) {
+            Ok(_) => "<accepted>".to_string(),
+            Err(e) => e.to_string(),
+        };
+        if got != *want {
+            failures.push(format!("{doc}\n   want: {want}\n    got: {got}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Every refused name has its reason in the README's limits[].key row.
+    let readme = include_str!("../../README.md");
+    for (name, _) in KEY_REFUSED {
+        assert!(
+            readme.contains(&format!("`{name}`")),
+            "README does not name {name}"
+        );
+    }
+}
+
+#[test]
+fn a_key_repeated_in_a_map_is_refused() {
+    // The first entry is invalid (418) and used to vanish behind the second.
+    assert_eq!(
+        parse_err(r#"{"classes":{"human":{"reject_status":418},"human":{}}}"#),
+        r#"classes: duplicate key "human" at line 1 column 49"#
+    );
+    assert_eq!(
+        parse_err(
+            r#"{"shedding":{"routes":{"default":{"latency_ms":0},"default":{"latency_ms":5}}}}"#
+        ),
+        r#"shedding.routes: duplicate key "default" at line 1 column 59"#
+    );
+    // Distinct keys still load.
+    let c = parse(br#"{"classes":{"human":{"reject_status":503},"script":{}}}"#).expect("valid");
+    assert_eq!(c.policy(Class::Human).reject_status, 503);
+}
+
+#[test]
+fn a_huge_invalid_value_is_cut_in_the_error() {
+    let big = "x".repeat(10_000_000);
+    let e = parse_err(&format!(r#"{{"mode":"{big}"}}"#));
+    // The reason is "unknown variant `<10^7 x>`, expected `enforce` or `shadow` at line 1
+    // column 10000010": 17 + 10^7 + 59 bytes, of which 1024 are kept.
+    assert_eq!(
+        e,
+        format!(
+            "mode: unknown variant `{}... (9999052 more bytes)",
+            "x".repeat(1007)
+        ),
+        "{}",
+        &e[..e.len().min(400)]
+    );
+    // A huge map key is cut in the path too; a short error is left whole.
+    let e = parse_err(&format!(r#"{{"classes":{{"{big}":{{}}}}}}"#));
+    assert_eq!(
+        e,
+        format!(
+            "classes.{}... (9998984 more bytes): unknown class",
+            "x".repeat(1016)
+        )
+    );
+    assert_eq!(
+        parse_err(r#"{"mode":"off"}"#),
+        "mode: unknown variant `off`, expected `enforce` or `shadow` at line 1 column 13"
+    );
+}
+
+#[test]
+fn headers_crawlguard_must_not_take_over_are_refused() {
+    let cost = |h: &str| {
+        format!(
+            r#"{{"limits":[{{"name":"a","class":"*","route":"*","rate_per_s":1,"burst":5,"key":"client_ip","cost":{{"reserve":1,"from_response_header":"{h}"}}}}]}}"#
+        )
+    };
+    let cred = "it carries credentials or cookies, which the origin or the client would lose";
+    let cases = [
+        (
+            r#"{"class_header":"Authorization"}"#.to_string(),
+            format!("class_header: \"Authorization\" cannot be taken over by crawlguard: {cred}"),
+        ),
+        (
+            r#"{"class_header":"cookie"}"#.to_string(),
+            format!("class_header: \"cookie\" cannot be taken over by crawlguard: {cred}"),
+        ),
+        (
+            r#"{"class_header":"x-envoy-upstream-rq-timeout-ms"}"#.to_string(),
+            "class_header: \"x-envoy-upstream-rq-timeout-ms\" cannot be taken over by \
+             crawlguard: Envoy's own headers (x-envoy-*): Envoy sets, strips and acts on them"
+                .to_string(),
+        ),
+        (
+            r#"{"class_header":"user-agent"}"#.to_string(),
+            "class_header: \"user-agent\" cannot be taken over by crawlguard: it says who the \
+             client is: crawlguard classifies by it and the origin needs it"
+                .to_string(),
+        ),
+        (
+            cost("Set-Cookie"),
+            format!(
+                "limits[0].cost.from_response_header: \"Set-Cookie\" cannot be taken over by \
+                 crawlguard: {cred}"
+            ),
+        ),
+        (
+            cost("retry-after"),
+            "limits[0].cost.from_response_header: \"retry-after\" cannot be taken over by \
+             crawlguard: standard response semantics (crawlguard sets some of them on its own \
+             answers): clients and caches need it intact"
+                .to_string(),
+        ),
+        (
+            cost("transfer-encoding"),
+            "limits[0].cost.from_response_header: \"transfer-encoding\" cannot be taken over \
+             by crawlguard: hop-by-hop, framing or routing: Envoy and the origin need it intact"
+                .to_string(),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (doc, want) in &cases {
+        let got = match parse(doc.as_bytes()) {
+            Ok(_) => "<accepted>".to_string(),
+            Err(e) => e.to_string(),
+        };
+        if got != *want {
+            failures.push(format!("{doc}\n   want: {want}\n    got: {got}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let c = parse(br#"{"class_header":"X-Bot-Class"}"#).expect("an own header is fine");
+    assert_eq!(c.class_header, "x-bot-class");
+    parse(cost("x-crawlguard-cost").as_bytes()).expect("an own cost header is fine");
+}

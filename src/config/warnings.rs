@@ -1,0 +1,110 @@
+//! What a configuration may say but probably does not mean: one line per finding, starting
+//! with the field path. [`super::Config::warnings`] holds them; `on_configure` logs each at
+//! warn level as `configuration warning: <line>` and `crawlguard check-config` prints them.
+//! None refuses the configuration.
+
+use super::defaults::default_limits;
+use super::{ClassPolicy, Limit, Mode, Route, DEFAULT_ROUTE};
+use crate::bucket::NS_PER_S;
+use crate::class::Class;
+
+/// One warning per (limit, class it applies to) whose refill interval, `1 / rate_per_s`, is
+/// longer than the class's `retry_after.max_s`: a client that waits the clamped Retry-After
+/// comes back before a token has, and is rejected again. The clamp is the operator's choice
+/// and stays; the warning says what it costs. A limit of class `*` is checked against every
+/// class.
+pub(super) fn retry_after(
+    limits: &[Limit],
+    classes: &[ClassPolicy; Class::ALL.len()],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, l) in limits.iter().enumerate() {
+        for (class, policy) in Class::ALL.iter().zip(classes) {
+            if l.class.is_some_and(|c| c != *class) {
+                continue;
+            }
+            let max_s = policy.retry_after.max_s;
+            if u128::from(l.rate.emission_ns) > u128::from(max_s) * u128::from(NS_PER_S) {
+                out.push(format!(
+                    "limits[{i}].rate_per_s: limit {:?} refills one token every {} s \
+                     (1 / rate_per_s), longer than classes.{class}.retry_after.max_s ({max_s} s): \
+                     a client of class {class} that waits Retry-After can be rejected again",
+                    l.name,
+                    l.rate.emission_ns as f64 / NS_PER_S as f64,
+                    class = class.as_str(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// One warning per class that some route leaves without an enforced limit: its requests
+/// there are never limited. A configuration's own `limits` replace all the defaults, so
+/// adding a route limit used to drop the `spoofed` and `unverified_bot` protections without
+/// a word. A limit in shadow mode protects nothing and does not count, unless the global
+/// `mode` is `shadow` (then the whole configuration is a trial and its limits count).
+/// Routes are named as in `limits[].route`; `routes.len()` is `default`.
+pub(super) fn uncovered_classes(limits: &[Limit], routes: &[Route], mode: Mode) -> Vec<String> {
+    let defaults = default_limits();
+    let mut out = Vec::new();
+    for class in Class::ALL {
+        let uncovered: Vec<&str> = (0..=routes.len())
+            .filter(|&r| {
+                !limits.iter().any(|l| {
+                    (l.mode == Mode::Enforce || mode == Mode::Shadow)
+                        && l.class.is_none_or(|c| c == class)
+                        && l.route.is_none_or(|lr| lr == r)
+                })
+            })
+            .map(|r| routes.get(r).map_or(DEFAULT_ROUTE, |rt| rt.name.as_str()))
+            .collect();
+        if uncovered.is_empty() {
+            continue;
+        }
+        let whereabouts = if uncovered.len() == routes.len() + 1 {
+            String::new()
+        } else if uncovered.len() == 1 {
+            format!(" on route {}", uncovered.join(", "))
+        } else {
+            format!(" on routes {}", uncovered.join(", "))
+        };
+        let theirs: Vec<String> = defaults
+            .iter()
+            .filter(|d| d.class == class.as_str())
+            .map(|d| {
+                format!(
+                    "{} ({}/s, burst {}, key {})",
+                    d.name, d.rate_per_s, d.burst, d.key
+                )
+            })
+            .collect();
+        out.push(format!(
+            "limits: no enforced limit covers class {c}{whereabouts}: its requests{there} are \
+             never limited (a configuration's own limits replace all {n} defaults; the \
+             default for {c}: {theirs})",
+            c = class.as_str(),
+            there = if whereabouts.is_empty() { "" } else { " there" },
+            n = defaults.len(),
+            theirs = theirs.join(" and "),
+        ));
+    }
+    out
+}
+
+/// A warning when `/robots.txt` is not among `exempt_paths` (a configuration's own list
+/// replaces the default one, which has it): crawlers fetching it are then limited, and a
+/// crawler refused its robots.txt may stop crawling the site (Googlebot treats a 429 or 5xx
+/// for robots.txt as a server error and stops crawling until it gets an answer).
+pub(super) fn robots_txt_not_exempt(exempt_paths: &[String]) -> Option<String> {
+    if exempt_paths.iter().any(|p| p == "/robots.txt") {
+        return None;
+    }
+    Some(
+        "exempt_paths: \"/robots.txt\" is not exempt: crawlers fetching it are limited like \
+         any page, and a crawler refused its robots.txt may stop crawling the site (Googlebot \
+         treats a 429 or 5xx there as a server error); the default list exempts it, a \
+         configuration's own list replaces the default"
+            .into(),
+    )
+}
