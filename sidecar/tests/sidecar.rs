@@ -852,6 +852,80 @@ fn print_default_config_is_a_valid_config() {
 }
 
 #[test]
+fn check_config_gives_one_verdict_naming_each_failing_range_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("good.json"),
+        r#"{"prefixes": [{"ipv4Prefix": "192.0.2.64/26"}]}"#,
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("broken.json"), "not json").unwrap();
+    let config = dir.path().join("verifier.toml");
+    std::fs::write(
+        &config,
+        "bots_mode = \"replace\"\n\
+         [[bots]]\nid = \"gptbot\"\nranges = [\"good.json\", \"broken.json\", \"missing.json\"]\n",
+    )
+    .unwrap();
+    let check = |config: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_crawlguard-sidecar"))
+            .args([
+                "--check-config",
+                "--no-builtin-range-urls",
+                "--log-level",
+                "off",
+            ])
+            .arg("--config")
+            .arg(config)
+            .output()
+            .unwrap()
+    };
+    let out = check(&config);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert_eq!(stdout, "", "no `ok` for a failing configuration");
+    let lines: Vec<&str> = stderr.lines().collect();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    assert_eq!(lines.len(), 3, "{stderr}");
+    assert_eq!(
+        lines[0],
+        "configuration invalid: 2 of 3 range files cannot be used"
+    );
+    let broken = format!("  range file {}: ", path("broken.json"));
+    let missing = format!("  range file {}: ", path("missing.json"));
+    assert!(
+        lines[1..]
+            .iter()
+            .any(|l| l.starts_with(&broken) && l.len() > broken.len()),
+        "{stderr}"
+    );
+    assert!(
+        lines[1..]
+            .iter()
+            .any(|l| l.starts_with(&missing) && l.len() > missing.len()),
+        "{stderr}"
+    );
+
+    // Only the good file: ok, on stdout, exit 0.
+    std::fs::write(
+        &config,
+        "bots_mode = \"replace\"\n[[bots]]\nid = \"gptbot\"\nranges = [\"good.json\"]\n",
+    )
+    .unwrap();
+    let out = check(&config);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "configuration ok: 1 bots, 1 range files, 0 range URLs (fetched at start, not by \
+         --check-config)\n"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+#[test]
 fn invalid_config_fails_at_startup_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
