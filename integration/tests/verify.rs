@@ -699,7 +699,15 @@ async fn a_dns_outage_keeps_a_verified_crawler_verified() {
             Instant::now() < deadline,
             "the sidecar never failed a lookup"
         );
-        replies.push(claim(&c, &url, UA_YANDEXBOT, YANDEXBOT_V4).await);
+        let r = claim(&c, &url, UA_YANDEXBOT, YANDEXBOT_V4).await;
+        // An `unknown` answer would make this unverified_bot at once.
+        assert_eq!(
+            (r.status, r.upstream_class()),
+            (200, Some("search_crawler")),
+            "request {} after the resolver stopped",
+            replies.len()
+        );
+        replies.push(r);
     }
     replies.extend(claims(&c, &url, UA_YANDEXBOT, YANDEXBOT_V4, 3).await);
 
