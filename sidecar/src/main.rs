@@ -69,7 +69,7 @@ struct Cli {
     cache_max_entries: Option<u64>,
 
     /// Maximum number of verifications resolving DNS at once; others wait up to one DNS
-    /// timeout, then answer `unknown`. [default: 256]
+    /// timeout, then answer 503 (a verifier error to the filter). [default: 256]
     #[arg(long, value_name = "N")]
     max_concurrent_lookups: Option<usize>,
 
