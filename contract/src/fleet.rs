@@ -12,8 +12,8 @@
 //! ns from `max(tat, now)`, with no upper bound (a fleet bucket may go into debt, which
 //! delays later admissions everywhere); a key expires when its bucket is full again. The
 //! answer says how many whole tokens each bucket has now (`available`, 0 in debt) and how
-//! many replicas are alive (sent a sync within the last three sync intervals), so each
-//! Envoy can take its share.
+//! many replicas are alive (sent a sync within the last three of their own sync intervals,
+//! at most [`MAX_ALIVE_MS`]), so each Envoy can take its share.
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +22,30 @@ pub const PATH: &str = "/v1/fleet/sync";
 
 /// Most keys in one batch (the filter's `fleet.max_keys_per_sync` is bounded by it).
 pub const MAX_KEYS: usize = 10_000;
+
+/// The shortest sync interval a replica may announce, ms (the filter's
+/// `fleet.sync_interval_ms` is checked against it).
+pub const MIN_INTERVAL_MS: u32 = 100;
+
+/// The longest sync interval a replica may announce, ms (the filter's
+/// `fleet.sync_interval_ms` is checked against it).
+pub const MAX_INTERVAL_MS: u32 = 60_000;
+
+/// A replica counts as alive for this many of its own sync intervals after each sync.
+pub const ALIVE_INTERVALS: u32 = 3;
+
+/// The longest a replica counts as alive after one sync, ms: [`ALIVE_INTERVALS`] of the
+/// longest interval (3 min). The store drops any member alive for longer, so a made-up
+/// replica lasts at most this long after the last post that named it.
+pub const MAX_ALIVE_MS: u32 = ALIVE_INTERVALS * MAX_INTERVAL_MS;
+
+/// How long a replica syncing every `interval_ms` counts as alive after a sync, ms:
+/// [`ALIVE_INTERVALS`] × `interval_ms`, at most [`MAX_ALIVE_MS`].
+pub fn alive_ms(interval_ms: u32) -> u32 {
+    interval_ms
+        .saturating_mul(ALIVE_INTERVALS)
+        .min(MAX_ALIVE_MS)
+}
 
 /// One bucket's consumption since the last sync.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,7 +70,8 @@ pub struct SyncRequest {
     /// Identifies the Envoy (replica) the worker belongs to: random per Envoy process, the
     /// same for all its workers, 1..=64 chars of `[A-Za-z0-9._-]`.
     pub replica: String,
-    /// The sync interval the filter uses, ms (replicas count as alive for three of them).
+    /// The sync interval the filter uses, ms, [`MIN_INTERVAL_MS`]..=[`MAX_INTERVAL_MS`]
+    /// (the replica counts as alive for [`alive_ms`] of it).
     pub interval_ms: u32,
     /// The buckets, at most [`MAX_KEYS`].
     pub keys: Vec<KeyUse>,
@@ -105,12 +130,18 @@ pub fn is_valid_replica(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
-/// Checks a request against the contract: a valid replica id, at most [`MAX_KEYS`] keys,
-/// each with a 1..=16 hex digit key, a positive finite rate and a burst >= 1. The error
-/// names the first offending field.
+/// Checks a request against the contract: a valid replica id, an interval the filter's
+/// configuration allows ([`MIN_INTERVAL_MS`]..=[`MAX_INTERVAL_MS`]), at most [`MAX_KEYS`]
+/// keys, each with a 1..=16 hex digit key, a positive finite rate and a burst >= 1. The
+/// error names the first offending field.
 pub fn validate(req: &SyncRequest) -> Result<(), String> {
     if !is_valid_replica(&req.replica) {
         return Err("replica: must be 1..=64 chars of [A-Za-z0-9._-]".into());
+    }
+    if !(MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&req.interval_ms) {
+        return Err(format!(
+            "interval_ms: must be {MIN_INTERVAL_MS}..={MAX_INTERVAL_MS}"
+        ));
     }
     if req.keys.len() > MAX_KEYS {
         return Err(format!("keys: at most {MAX_KEYS}"));
@@ -170,6 +201,16 @@ mod tests {
     }
 
     #[test]
+    fn a_replica_is_alive_for_three_intervals_at_most_three_minutes() {
+        assert_eq!(alive_ms(100), 300);
+        assert_eq!(alive_ms(500), 1_500);
+        assert_eq!(alive_ms(60_000), 180_000);
+        assert_eq!(alive_ms(60_001), 180_000);
+        assert_eq!(alive_ms(u32::MAX), 180_000);
+        assert_eq!(MAX_ALIVE_MS, 180_000);
+    }
+
+    #[test]
     fn validation_names_the_field() {
         assert_eq!(validate(&req()), Ok(()));
         let mut r = req();
@@ -190,6 +231,21 @@ mod tests {
         let mut r = req();
         r.keys[0].burst = 0;
         assert_eq!(validate(&r), Err("keys[0].burst: must be >= 1".into()));
+        for (interval_ms, ok) in [
+            (99, false),
+            (100, true),
+            (60_000, true),
+            (60_001, false),
+            (u32::MAX, false),
+        ] {
+            let mut r = req();
+            r.interval_ms = interval_ms;
+            let want = match ok {
+                true => Ok(()),
+                false => Err("interval_ms: must be 100..=60000".to_string()),
+            };
+            assert_eq!(validate(&r), want, "{interval_ms}");
+        }
         assert!(serde_json::from_str::<SyncRequest>(
             r#"{"replica":"a","interval_ms":1,"keys":[],"x":1}"#
         )

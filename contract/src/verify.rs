@@ -2,9 +2,10 @@
 //! `GET /v1/verify?ip=<ip>&bot=<bot id>` -> `200` with an [`Answer`] as JSON,
 //! `{"ip":"..","bot":"..","verdict":"verified"|"spoofed"|"unknown","method":"fcrdns"|"ip_range"|"none","host":"..","ttl_s":N}`.
 //!
-//! `unknown` means "could not decide now" (DNS timeout, no data). Anything but a well-formed
-//! 200 is a verifier error; what the filter does about it is its own policy, not part of the
-//! contract.
+//! `unknown` means "no method could decide" (an unlisted bot, range files never loaded). A
+//! claim the sidecar could not check now (DNS timeout, SERVFAIL, no nameserver) gets `503`,
+//! not a verdict. Anything but a well-formed 200 is a verifier error; what the filter does
+//! about it is its own policy, not part of the contract.
 
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
@@ -29,7 +30,7 @@ pub enum Verdict {
     Verified,
     /// The claim was checked and fails.
     Spoofed,
-    /// Could not decide now (DNS failure, no method, no data).
+    /// No method could decide (unlisted bot, no method, no data); a DNS failure is a `503`.
     Unknown,
 }
 

@@ -198,6 +198,12 @@ impl Dnsmasq {
     pub fn log(&self) -> String {
         self.process.log()
     }
+
+    /// Kills it (SIGKILL) and reaps it: a resolver outage. Queries to its port then go
+    /// unanswered (UDP port unreachable, TCP connection refused).
+    pub fn kill(&self) {
+        self.process.kill();
+    }
 }
 
 /// A UDP socket on loopback that never answers: a DNS server where every query times out.

@@ -264,6 +264,92 @@ async fn concurrent_batches_from_two_replicas_are_applied_atomically() {
     assert_eq!((r.keys[0].available, r.replicas), (100 - N, 2));
 }
 
+/// Redis's clock, unix ms (`TIME`).
+fn redis_now_ms(redis: &Redis) -> i64 {
+    let RedisReply::Array(t) = redis.cmd(&["TIME"]) else {
+        panic!("TIME did not answer an array");
+    };
+    let part = |i: usize| -> i64 {
+        t.get(i)
+            .and_then(RedisReply::text)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("TIME answered {t:?}"))
+    };
+    part(0) * 1000 + part(1) / 1000
+}
+
+/// How long after Redis's now `member` of the replicas set counts as alive, ms.
+fn alive_for_ms(redis: &Redis, member: &str) -> i64 {
+    let score = redis
+        .cmd(&["ZSCORE", "crawlguard:replicas", member])
+        .text()
+        .unwrap_or_else(|| panic!("{member} is not in the replicas set"));
+    score
+        .parse::<i64>()
+        .unwrap_or_else(|e| panic!("{score}: {e}"))
+        - redis_now_ms(redis)
+}
+
+#[tokio::test]
+async fn made_up_replicas_cannot_stay_alive_for_long() {
+    let redis = Redis::start().await;
+    let dns = Blackhole::new();
+    let sc = Sidecar::start(opts(&dns, &redis.url(), 2000)).await;
+
+    // An interval the filter's configuration never allows is refused, and writes nothing.
+    for interval_ms in [4_294_967_295, 60_001, 99, 0] {
+        let (status, body) = sc.fleet_sync(&batch("made-up-1", interval_ms, &[])).await;
+        assert_eq!(
+            (status, body.as_str()),
+            (400, r#"{"error":"interval_ms: must be 100..=60000"}"#),
+            "interval_ms {interval_ms}"
+        );
+    }
+    assert_eq!(redis.dbsize(), 0);
+
+    // The longest allowed interval: alive for 3 of them, 3 minutes, no more.
+    assert_eq!(
+        sync_ok(&sc, &batch("made-up-2", 60_000, &[]))
+            .await
+            .replicas,
+        1
+    );
+    let alive = alive_for_ms(&redis, "made-up-2");
+    assert!((179_000..=180_000).contains(&alive), "alive for {alive} ms");
+    let pttl = redis.pttl("crawlguard:replicas");
+    assert!((179_000..=180_000).contains(&pttl), "PTTL {pttl}");
+
+    // A member left by a sidecar that took any interval (149 days, as the issue saw) is
+    // dropped by the next sync, and the set expires with its last real member.
+    let far = (redis_now_ms(&redis) + 149 * 86_400_000).to_string();
+    assert_eq!(
+        redis
+            .cmd(&["ZADD", "crawlguard:replicas", &far, "made-up-3"])
+            .int(),
+        1
+    );
+    assert_eq!(
+        redis
+            .cmd(&["PEXPIRE", "crawlguard:replicas", "12873600000"])
+            .int(),
+        1
+    );
+    assert_eq!(sync_ok(&sc, &batch("envoy-a", 200, &[])).await.replicas, 2);
+    let RedisReply::Array(members) = redis.cmd(&["ZRANGE", "crawlguard:replicas", "0", "-1"])
+    else {
+        panic!("ZRANGE did not answer an array");
+    };
+    assert_eq!(
+        members,
+        vec![
+            RedisReply::Bulk("envoy-a".into()),
+            RedisReply::Bulk("made-up-2".into())
+        ]
+    );
+    let pttl = redis.pttl("crawlguard:replicas");
+    assert!((1..=180_000).contains(&pttl), "PTTL {pttl}");
+}
+
 #[tokio::test]
 async fn heartbeats_count_live_replicas_each_for_three_of_its_intervals() {
     let redis = Redis::start().await;

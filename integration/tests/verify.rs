@@ -572,7 +572,7 @@ async fn spoofer_flood_leaves_the_verified_googlebot_quota_unchanged() {
 
 #[tokio::test]
 async fn client_gone_while_paused_on_a_slow_verifier_does_not_break_the_vm() {
-    // The sidecar answers `unknown` only after its 1 s DNS timeout; the filter would wait 3 s.
+    // The sidecar answers (503) only after its 1 s DNS timeout; the filter would wait 3 s.
     let blackhole = Blackhole::new();
     let sidecar = SidecarOpts {
         nameservers: vec![blackhole.addr()],
@@ -626,13 +626,13 @@ async fn client_gone_while_paused_on_a_slow_verifier_does_not_break_the_vm() {
     );
     s.envoy.assert_log_clean();
 
-    // The filter still runs: a browser is classed, and a new claim is verified (unknown
-    // after the sidecar's DNS timeout -> unverified_bot).
+    // The filter still runs: a browser is classed, and a new claim is verified (a verifier
+    // error, 503 after the sidecar's DNS timeout -> unverified_bot).
     let url = s.envoy.url("/page");
     let c = client(ip(2));
     let human = claim(&c, &url, UA_CHROME, "198.51.100.20").await;
     assert_eq!((human.status, human.upstream_class()), (200, Some("human")));
-    let unknown_before = s.envoy.counter("crawlguard.verify.unknown").await;
+    let errors_before = s.envoy.counter("crawlguard.verify.error").await;
     let (bot, took) = timed(claim(&c, &url, UA_GOOGLEBOT, "198.51.100.21")).await;
     assert_eq!(
         (bot.status, bot.upstream_class()),
@@ -640,10 +640,99 @@ async fn client_gone_while_paused_on_a_slow_verifier_does_not_break_the_vm() {
     );
     assert!(took < Duration::from_millis(3000) + SLACK, "{took:?}");
     assert_eq!(
-        s.envoy.counter("crawlguard.verify.unknown").await,
-        unknown_before + 1
+        s.envoy.counter("crawlguard.verify.error").await,
+        errors_before + 1
     );
+    assert_eq!(s.envoy.counter("crawlguard.verify.unknown").await, 0);
     assert_eq!(s.envoy.counter("crawlguard.verify.cache_miss").await, 6);
     s.envoy.assert_log_clean();
     drop(blackhole);
+}
+
+/// YandexBot's User-Agent: bot id `yandexbot`, class `search_crawler`, verified by FCrDNS
+/// alone (Yandex publishes no IP ranges).
+const UA_YANDEXBOT: &str = "Mozilla/5.0 (compatible; YandexBot/3.0; +http://yandex.com/bots)";
+/// PTR `spider-192-0-2-9.yandex.com`, which resolves back to it.
+const YANDEXBOT_V4: &str = "192.0.2.9";
+
+#[tokio::test]
+async fn a_dns_outage_keeps_a_verified_crawler_verified() {
+    // Verdicts live 1 s in the filter (max_ttl_s) and in the sidecar (ttl.verified_s), so
+    // the claim is asked again during the outage; a verdict may stand in for an hour after
+    // a failed callout, and a failed callout is not retried for an hour (one error, exact).
+    let cfg = json!({
+        "client_ip": {"source": "xff", "xff_trusted_hops": 1},
+        "limits": [
+            Limit::class_per_ip("search_crawler", 1000),
+            Limit::class_per_ip("unverified_bot", 2),
+            Limit::class_per_ip("spoofed", 1),
+        ],
+        "verifier": {"timeout_ms": 3000, "max_ttl_s": 1, "stale_if_error_s": 3600,
+                     "error_ttl_s": 3600},
+    });
+    let mut records = records();
+    records.push(Record::host("spider-192-0-2-9.yandex.com", YANDEXBOT_V4));
+    // A resolver that dies answers in well under the filter's 3 s: 300 ms, one attempt.
+    let sidecar = SidecarOpts {
+        dns_timeout_ms: Some(300),
+        dns_attempts: Some(1),
+        config_toml: Some("[ttl]\nverified_s = 1\n".into()),
+        ..Default::default()
+    };
+    let s = Stack::start(EnvoyOpts::with_config(cfg), &records, sidecar).await;
+    let url = s.envoy.url("/page");
+    let c = client(ip(2));
+    let mut replies = vec![claim(&c, &url, UA_YANDEXBOT, YANDEXBOT_V4).await];
+    assert_eq!(replies[0].upstream_class(), Some("search_crawler"));
+
+    // The resolver stops. The crawler keeps crawling until its verdict has expired and the
+    // sidecar has answered the new callout, then three more requests.
+    s.dns.as_ref().expect("dnsmasq").kill();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while s
+        .sidecar
+        .metric("crawlguard_sidecar_verify_errors_total")
+        .await
+        < 1.0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the sidecar never failed a lookup"
+        );
+        let r = claim(&c, &url, UA_YANDEXBOT, YANDEXBOT_V4).await;
+        // An `unknown` answer would make this unverified_bot at once.
+        assert_eq!(
+            (r.status, r.upstream_class()),
+            (200, Some("search_crawler")),
+            "request {} after the resolver stopped",
+            replies.len()
+        );
+        replies.push(r);
+    }
+    replies.extend(claims(&c, &url, UA_YANDEXBOT, YANDEXBOT_V4, 3).await);
+
+    // Every request of the crawler kept its verified class: stale-if-error, because the
+    // sidecar's answer was an error (503), not `unknown`.
+    let n = replies.len();
+    assert_eq!(statuses(&replies), vec![200; n]);
+    assert_eq!(upstream_classes(&replies), vec!["search_crawler"; n]);
+    assert_eq!(
+        s.sidecar
+            .metric("crawlguard_sidecar_verify_errors_total")
+            .await,
+        1.0
+    );
+    let stats = s.envoy.crawlguard_stats().await;
+    let stat = |n: &str| stats.get(n).copied().unwrap_or(0);
+    assert_eq!(stat("crawlguard.verify.error"), 1, "{stats:?}");
+    assert_eq!(stat("crawlguard.verify.unknown"), 0, "{stats:?}");
+    assert_eq!(stat("crawlguard.class.search_crawler.allowed"), n as u64);
+    assert_eq!(stat("crawlguard.class.unverified_bot.allowed"), 0);
+    // The failed callout's request and the three after it had the stale verdict.
+    assert_eq!(stat("crawlguard.verify.stale"), 4, "{stats:?}");
+    assert_eq!(
+        s.sidecar.verdicts("yandexbot", "fcrdns", "unknown").await,
+        0.0
+    );
+    s.envoy.assert_log_clean();
 }

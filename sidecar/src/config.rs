@@ -49,7 +49,7 @@ pub struct DnsConfig {
     /// Attempts per DNS query (1 = no retry).
     pub attempts: usize,
     /// At most this many verifications resolve DNS at once; more wait, up to one query
-    /// timeout, then answer `unknown`.
+    /// timeout, then answer 503 (no verdict: the filter keeps a stale one).
     pub max_concurrent_lookups: usize,
     /// At most this many PTR names of one address are forward-checked (a hostile reverse
     /// zone can return hundreds).

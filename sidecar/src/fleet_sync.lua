@@ -2,15 +2,18 @@
 -- batch), with the Redis server's clock. Loaded by src/fleet.rs, run with EVALSHA.
 --
 -- KEYS[1]        the replicas sorted set (member: replica id, score: the ms deadline until
---                which it counts as alive, now + 3 x its interval_ms)
+--                which it counts as alive, now + ARGV[2])
 -- KEYS[1 + i]    bucket i: "<tat seconds>:<tat nanoseconds>", a GCRA theoretical arrival time
 -- ARGV[1]        the replica id
--- ARGV[2]        its sync interval, ms
--- ARGV[3]        deadline, Redis time in ms (0: none): past it the sidecar has given up on
+-- ARGV[2]        how long it counts as alive, ms (contract: alive_ms(interval_ms), three of
+--                its intervals, at most ARGV[3])
+-- ARGV[3]        the most any replica counts as alive, ms (contract: MAX_ALIVE_MS); a member
+--                alive for longer (written before interval_ms was bounded) is dropped
+-- ARGV[4]        deadline, Redis time in ms (0: none): past it the sidecar has given up on
 --                this script (a stalled Redis runs queued scripts when it resumes), so it
 --                changes no bucket (the heartbeat still counts); the filter sends a batch
 --                once, so this is what keeps a stall from charging its use late, all at once
--- ARGV[3i + 1 .. 3i + 3] (i = 1..n)  bucket i's emission interval ns (round(1e9 / rate_per_s),
+-- ARGV[3i + 2 .. 3i + 4] (i = 1..n)  bucket i's emission interval ns (round(1e9 / rate_per_s),
 --                1 ..= MAX_AHEAD), burst, tokens used since the last sync
 --
 -- Returns {replicas, now_ms, available_1, full_in_ns_1, ..., available_n, full_in_ns_n}, or
@@ -34,19 +37,23 @@ local now_s = tonumber(t[1])
 local now_ns = tonumber(t[2]) * 1000
 local now_ms = now_s * 1000 + math.floor(now_ns / 1000000)
 
--- Heartbeat: this replica is alive for three of its intervals; expired members go.
-local window = 3 * math.max(tonumber(ARGV[2]) or 0, 1)
+-- Heartbeat: this replica is alive for three of its intervals; expired members go, and so
+-- do members alive beyond the cap, whatever wrote them (a made-up interval of 4294967295
+-- ms once kept one for 149 days). The set expires with its last member.
+local cap = math.max(tonumber(ARGV[3]) or 1, 1)
+local window = math.min(math.max(tonumber(ARGV[2]) or 0, 1), cap)
 redis.call('ZADD', KEYS[1], string.format('%.0f', now_ms + window), ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%.0f', now_ms))
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. string.format('%.0f', now_ms + cap), '+inf')
 local replicas = redis.call('ZCARD', KEYS[1])
-if redis.call('PTTL', KEYS[1]) < window then
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', window))
-end
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+local last_ms = tonumber(last[2]) or (now_ms + window)
+redis.call('PEXPIRE', KEYS[1], string.format('%.0f', math.max(last_ms - now_ms, 1)))
 
 -- Past the deadline only the heartbeat counts (the replica was alive when it sent this):
 -- without it a stall would empty the replica set, and the next answers would give every
 -- replica too large a share of each limit.
-local deadline_ms = tonumber(ARGV[3]) or 0
+local deadline_ms = tonumber(ARGV[4]) or 0
 if deadline_ms > 0 and now_ms > deadline_ms then
   return {-1, now_ms}
 end
@@ -64,7 +71,7 @@ end
 
 local out = {replicas, now_ms}
 for i = 2, #KEYS do
-  local a = 3 * (i - 1) + 1
+  local a = 3 * (i - 1) + 2
   local emission = tonumber(ARGV[a])
   local burst = tonumber(ARGV[a + 1])
   local used = tonumber(ARGV[a + 2])

@@ -1,4 +1,5 @@
-//! The HTTP API: `GET /v1/verify`, `GET /healthz`, `GET /metrics`, and fleet mode's
+//! The HTTP API: `GET /v1/verify` (`200` with an answer, `400` for a bad query, `503` when
+//! DNS gave no definite answer: [`crate::verify::VerifyError`]), `GET /healthz`, `GET /metrics`, and fleet mode's
 //! `POST /v1/fleet/sync` ([`crate::fleet`], merged in by [`router_with_fleet`]).
 
 use std::net::IpAddr;
@@ -59,7 +60,14 @@ async fn verify<R: Resolve>(
             truncate(&bot_text)
         ));
     }
-    Json(verifier.verify(ip, &bot).await).into_response()
+    match verifier.verify(ip, &bot).await {
+        Ok(answer) => Json(answer).into_response(),
+        // Not a verdict: the filter counts it as a verifier error (stale-if-error).
+        Err(e) => {
+            let body = serde_json::json!({ "error": e.to_string() });
+            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+        }
+    }
 }
 
 /// Keeps error messages short whatever the client sent.

@@ -12,6 +12,7 @@
 //! client, which also shares FCrDNS verdicts across the fleet.
 
 pub mod catalog;
+pub mod check;
 pub mod config;
 pub mod domain;
 pub mod fetch;

@@ -13,6 +13,7 @@ use anyhow::Context;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
+use crawlguard_sidecar::check::check_verdict;
 use crawlguard_sidecar::config::Config;
 use crawlguard_sidecar::fetch::{next_delay, CacheOutcome, FetchOutcome, FetchSettings, Fetcher};
 use crawlguard_sidecar::fleet::Fleet;
@@ -68,7 +69,7 @@ struct Cli {
     cache_max_entries: Option<u64>,
 
     /// Maximum number of verifications resolving DNS at once; others wait up to one DNS
-    /// timeout, then answer `unknown`. [default: 256]
+    /// timeout, then answer 503 (a verifier error to the filter). [default: 256]
     #[arg(long, value_name = "N")]
     max_concurrent_lookups: Option<usize>,
 
@@ -393,7 +394,7 @@ fn main() -> anyhow::Result<()> {
         )),
     };
     // The last good copies first: with no network, they are what the sidecar verifies with.
-    let mut cache_failed = false;
+    let mut unusable_caches = Vec::new();
     for url in fetcher
         .iter()
         .flat_map(|f| urls.iter().map(move |u| (f, u)))
@@ -408,39 +409,25 @@ fn main() -> anyhow::Result<()> {
             ),
             CacheOutcome::Missing => {}
             CacheOutcome::Failed(error) => {
-                cache_failed = true;
                 tracing::warn!(
                     source = url.as_str(),
                     error,
                     "cached range source not usable"
                 );
+                unusable_caches.push((url.clone(), error));
             }
         }
     }
     report_staleness(&ranges, max_age);
 
     if cli.check_config {
-        let failed = initial
-            .iter()
-            .any(|(_, o)| matches!(o, RefreshOutcome::Failed { .. }));
-        println!(
-            "configuration ok: {} bots, {} range files, {} range URLs (fetched at start, not by \
-             --check-config){}{}",
-            catalog.len(),
-            initial.len(),
-            urls.len(),
-            if failed {
-                ", SOME RANGE FILES FAILED"
-            } else {
-                ""
-            },
-            if cache_failed {
-                ", SOME CACHED COPIES ARE NOT USABLE"
-            } else {
-                ""
-            }
-        );
-        std::process::exit(i32::from(failed));
+        let verdict = check_verdict(catalog.len(), urls.len(), &initial, &unusable_caches);
+        if verdict.ok {
+            print!("{}", verdict.text);
+        } else {
+            eprint!("{}", verdict.text);
+        }
+        std::process::exit(i32::from(!verdict.ok));
     }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -84,6 +84,8 @@ pub struct Metrics {
     pub in_flight: Gauge,
     /// Resolutions that gave up waiting for a lookup slot (`--max-concurrent-lookups`).
     pub lookups_rejected: Counter,
+    /// Resolutions without a definite answer (DNS failed, no lookup slot): answered `503`.
+    pub verify_errors: Counter,
     /// Time to resolve one verdict (cache misses), in seconds.
     pub verify_duration: Histogram,
     /// Range-file loads, by source and result.
@@ -121,6 +123,7 @@ impl Metrics {
         let dns_errors = Family::<DnsErrorLabels, Counter>::default();
         let in_flight = Gauge::default();
         let lookups_rejected = Counter::default();
+        let verify_errors = Counter::default();
         // 0.5 ms .. ~16 s: cached-DNS answers up to several timed-out attempts.
         let verify_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         let range_reloads = Family::<SourceResultLabels, Counter>::default();
@@ -167,8 +170,13 @@ impl Metrics {
         );
         registry.register(
             "lookups_rejected",
-            "Resolutions that found no free lookup slot in time (answered unknown)",
+            "Resolutions that found no free lookup slot in time (answered 503)",
             lookups_rejected.clone(),
+        );
+        registry.register(
+            "verify_errors",
+            "Resolutions without a definite answer (DNS failure, no lookup slot), answered 503",
+            verify_errors.clone(),
         );
         registry.register(
             "verify_duration_seconds",
@@ -219,6 +227,7 @@ impl Metrics {
             dns_errors,
             in_flight,
             lookups_rejected,
+            verify_errors,
             verify_duration,
             range_reloads,
             range_fetches,

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::RedisConfig;
 use crate::fleet::{bucket_key, decode_reply, emission_ns, replicas_key, SYNC_SCRIPT};
 use crate::metrics::Metrics;
-use crawlguard_contract::fleet::{SyncRequest, SyncResponse};
+use crawlguard_contract::fleet::{alive_ms, SyncRequest, SyncResponse, MAX_ALIVE_MS};
 use crawlguard_contract::verify::{Method, Verdict};
 
 /// At most one warning per this long about failing Redis commands.
@@ -276,7 +276,8 @@ impl RedisStore {
         invocation
             .key(replicas_key(&self.prefix))
             .arg(&req.replica)
-            .arg(req.interval_ms)
+            .arg(alive_ms(req.interval_ms))
+            .arg(MAX_ALIVE_MS)
             .arg(deadline_ms);
         for k in &req.keys {
             invocation

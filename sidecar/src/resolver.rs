@@ -196,6 +196,24 @@ pub fn classify(e: &NetError) -> DnsFailure {
     DnsFailure::new(kind, e.to_string())
 }
 
+/// A PTR target as a dotted host name built from its wire-format labels, lower-cased, or
+/// `None` when a label holds a byte no host name has (a `.` inside a label, `\\`, a space):
+/// matched as a presentation string, `x.evil\\.googlebot.com` (labels `x`,
+/// `evil.googlebot`, `com`) would end with `.googlebot.com`.
+pub fn host_name(name: &Name) -> Option<String> {
+    let mut labels = Vec::new();
+    for label in name.iter() {
+        if !label
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+        {
+            return None;
+        }
+        labels.push(String::from_utf8_lossy(label).to_ascii_lowercase());
+    }
+    Some(labels.join("."))
+}
+
 impl Resolve for HickoryResolver {
     async fn reverse(&self, ip: IpAddr) -> Result<Vec<String>, DnsFailure> {
         let lookup = self.bounded(self.inner.reverse_lookup(ip)).await?;
@@ -205,7 +223,7 @@ impl Resolve for HickoryResolver {
             .answers()
             .iter()
             .filter_map(|r| match &r.data {
-                RData::PTR(ptr) => Some(ptr.0.to_ascii()),
+                RData::PTR(ptr) => host_name(&ptr.0),
                 _ => None,
             })
             .collect();
@@ -232,5 +250,35 @@ impl Resolve for HickoryResolver {
                 _ => None,
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::matches_any;
+
+    fn name(labels: &[&[u8]]) -> Name {
+        Name::from_labels(labels.iter().copied()).unwrap()
+    }
+
+    #[test]
+    fn host_names_come_from_wire_labels() {
+        // One label `evil.googlebot`: its presentation form ends with `.googlebot.com`, and
+        // no host name made of it may pass FCrDNS's domain match.
+        let escaped = name(&[b"x", b"evil.googlebot", b"com"]);
+        assert_eq!(escaped.to_ascii(), "x.evil\\.googlebot.com.");
+        let domains = ["googlebot.com".to_string()];
+        let host = host_name(&escaped);
+        assert!(
+            !host.as_deref().is_some_and(|h| matches_any(h, &domains)),
+            "{host:?}"
+        );
+        assert_eq!(host, None);
+        assert_eq!(host_name(&name(&[b"a b", b"googlebot", b"com"])), None);
+        assert_eq!(
+            host_name(&name(&[b"Crawl-1", b"googlebot", b"com"])).as_deref(),
+            Some("crawl-1.googlebot.com")
+        );
     }
 }

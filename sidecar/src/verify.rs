@@ -15,7 +15,7 @@ use crate::domain::{matches_any, normalize_name};
 use crate::metrics::{Metrics, VerdictLabels};
 use crate::ranges::RangeStore;
 use crate::redis_store::{RedisStore, SharedVerdict};
-use crate::resolver::Resolve;
+use crate::resolver::{DnsFailure, Resolve};
 
 /// The wire types of `GET /v1/verify`, shared with the filter (crate `crawlguard-contract`):
 /// the JSON [`Answer`] this service sends, its [`Verdict`] and [`Method`].
@@ -42,20 +42,52 @@ impl Outcome {
     }
 }
 
+/// Why a claim could not be decided now: no definite answer came back. Never cached and
+/// never shared with the fleet; `GET /v1/verify` answers it with `503` and
+/// `{"error":"<this, displayed>"}`, which the filter takes as a verifier error, so its
+/// stale-if-error keeps a verdict it already had (a DNS outage must not unverify a crawler
+/// that only FCrDNS can verify).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VerifyError {
+    /// A DNS query (`query`: `ptr`, `a` or `aaaa`) got no definite answer: timeout,
+    /// SERVFAIL, REFUSED, no nameserver reachable, a malformed answer.
+    Dns {
+        /// The query type, as in `dns_errors_total{type}`.
+        query: &'static str,
+        /// What failed.
+        failure: DnsFailure,
+    },
+    /// No lookup slot freed up within `lookup_slot_wait` (`dns.max_concurrent_lookups`).
+    Overloaded,
+}
+
+impl std::fmt::Display for VerifyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VerifyError::Dns { query, failure } => {
+                write!(f, "dns {query} query got no answer: {failure}")
+            }
+            VerifyError::Overloaded => f.write_str("overloaded: no DNS lookup slot free in time"),
+        }
+    }
+}
+
 /// FCrDNS for one address against one bot's domains.
 ///
 /// Every PTR name is considered; only names within the bot's domains are forward-checked
 /// (at most `max_names` of them, so a hostile reverse zone cannot make us send hundreds of
 /// queries). A name passes when its A (IPv4) or AAAA (IPv6) answer contains `ip`.
-/// Definite negative answers (NXDOMAIN, no data) lead to `spoofed`; anything transient
-/// (timeout, SERVFAIL, unreachable server) leads to `unknown` unless another name passed.
+/// Only definite answers decide: `verified` when a name passes, `spoofed` on NXDOMAIN or no
+/// data for the PTR, no PTR name in the domains, or forward answers (A/AAAA, NXDOMAIN, no
+/// data) that all fail to confirm. A failure that is no answer (timeout, SERVFAIL, REFUSED,
+/// unreachable server) is a [`VerifyError`] unless another name passed.
 pub async fn fcrdns<R: Resolve>(
     resolver: &R,
     metrics: &Metrics,
     ip: IpAddr,
     domains: &[String],
     max_names: usize,
-) -> Outcome {
+) -> Result<Outcome, VerifyError> {
     let ptr_type = "ptr";
     metrics.dns_query(ptr_type);
     let names = match resolver.reverse(ip).await {
@@ -63,12 +95,13 @@ pub async fn fcrdns<R: Resolve>(
         Err(e) => {
             metrics.dns_error(ptr_type, e.kind.as_str());
             tracing::debug!(%ip, error = %e, "PTR lookup failed");
-            let verdict = if e.kind.is_definite() {
-                Verdict::Spoofed
-            } else {
-                Verdict::Unknown
-            };
-            return Outcome::new(verdict, Method::Fcrdns);
+            if !e.kind.is_definite() {
+                return Err(VerifyError::Dns {
+                    query: ptr_type,
+                    failure: e,
+                });
+            }
+            return Ok(Outcome::new(Verdict::Spoofed, Method::Fcrdns));
         }
     };
     let mut seen = HashSet::new();
@@ -80,34 +113,38 @@ pub async fn fcrdns<R: Resolve>(
         .collect();
     if candidates.is_empty() {
         tracing::debug!(%ip, ?names, "no PTR name in the bot's domains");
-        return Outcome::new(Verdict::Spoofed, Method::Fcrdns);
+        return Ok(Outcome::new(Verdict::Spoofed, Method::Fcrdns));
     }
     let fwd_type = if ip.is_ipv4() { "a" } else { "aaaa" };
-    let mut undecided = false;
+    let mut no_answer = None;
     for name in candidates {
         metrics.dns_query(fwd_type);
         match resolver.forward(&name, ip).await {
             Ok(addrs) if addrs.iter().any(|a| a.to_canonical() == ip) => {
-                return Outcome {
+                return Ok(Outcome {
                     verdict: Verdict::Verified,
                     method: Method::Fcrdns,
                     host: name,
-                };
+                });
             }
             Ok(addrs) => tracing::debug!(%ip, %name, ?addrs, "forward lookup does not confirm"),
             Err(e) => {
                 metrics.dns_error(fwd_type, e.kind.as_str());
                 tracing::debug!(%ip, %name, error = %e, "forward lookup failed");
-                undecided |= !e.kind.is_definite();
+                if !e.kind.is_definite() && no_answer.is_none() {
+                    no_answer = Some(e);
+                }
             }
         }
     }
-    let verdict = if undecided {
-        Verdict::Unknown
-    } else {
-        Verdict::Spoofed
-    };
-    Outcome::new(verdict, Method::Fcrdns)
+    match no_answer {
+        // A name we could not check might have passed.
+        Some(failure) => Err(VerifyError::Dns {
+            query: fwd_type,
+            failure,
+        }),
+        None => Ok(Outcome::new(Verdict::Spoofed, Method::Fcrdns)),
+    }
 }
 
 /// Settings of a [`Verifier`].
@@ -231,7 +268,9 @@ impl<R: Resolve> Verifier<R> {
     }
 
     /// Answers one query. `bot` must already be validated/lower-cased by the caller.
-    pub async fn verify(&self, ip: IpAddr, bot: &str) -> Answer {
+    /// A [`VerifyError`] (no definite DNS answer, no lookup slot) is not cached: the next
+    /// query for the claim resolves again (concurrent ones share one attempt).
+    pub async fn verify(&self, ip: IpAddr, bot: &str) -> Result<Answer, VerifyError> {
         // `::ffff:a.b.c.d` is the IPv4 client as some proxies report it; verify and cache
         // it as the IPv4 address so both spellings share one verdict.
         let ip = ip.to_canonical();
@@ -239,19 +278,23 @@ impl<R: Resolve> Verifier<R> {
             // Not in the catalog: nothing to check, nothing worth caching.
             let outcome = Outcome::new(Verdict::Unknown, Method::None);
             self.count("unlisted", &outcome);
-            return self.answer(ip, bot, outcome, self.settings.ttl.unknown_s);
+            return Ok(self.answer(ip, bot, outcome, self.settings.ttl.unknown_s));
         };
         let key = (ip, bot.to_string());
         let entry = self
             .cache
             .entry(key)
-            .or_insert_with(async {
+            .or_try_insert_with(async {
                 let started = Instant::now();
                 let _guard = InFlight::enter(&self.metrics);
-                let (outcome, shared_ttl) = self.decide(ip, bot, methods).await;
+                let decided = self.decide(ip, bot, methods).await;
                 self.metrics
                     .verify_duration
                     .observe(started.elapsed().as_secs_f64());
+                let (outcome, shared_ttl) = decided.inspect_err(|e| {
+                    self.metrics.verify_errors.inc();
+                    tracing::debug!(%ip, bot, error = %e, "undecided");
+                })?;
                 let ttl = shared_ttl.unwrap_or_else(|| self.ttl_of(outcome.verdict));
                 // Debug, not info: one line per cache miss would flood logs under load;
                 // the verdicts_total series carries the counts.
@@ -259,13 +302,14 @@ impl<R: Resolve> Verifier<R> {
                     %ip, bot, verdict = outcome.verdict.as_str(), method = outcome.method.as_str(),
                     host = %outcome.host, "resolved"
                 );
-                Arc::new(Cached {
+                Ok(Arc::new(Cached {
                     outcome,
                     ttl,
                     expires_at: Instant::now() + ttl,
-                })
+                }))
             })
-            .await;
+            .await
+            .map_err(|e| VerifyError::clone(&e))?;
         if entry.is_fresh() {
             self.metrics.cache_misses.inc();
         } else {
@@ -276,7 +320,7 @@ impl<R: Resolve> Verifier<R> {
         // Round up and never answer 0: a 0 TTL would make the filter ask again at once.
         let ttl_s = remaining.as_secs() + u64::from(remaining.subsec_nanos() > 0);
         self.count(bot, &cached.outcome);
-        self.answer(ip, bot, cached.outcome.clone(), ttl_s.max(1))
+        Ok(self.answer(ip, bot, cached.outcome.clone(), ttl_s.max(1)))
     }
 
     fn count(&self, bot_label: &str, outcome: &Outcome) {
@@ -308,14 +352,14 @@ impl<R: Resolve> Verifier<R> {
         ip: IpAddr,
         bot: &str,
         methods: &BotMethods,
-    ) -> (Outcome, Option<Duration>) {
+    ) -> Result<(Outcome, Option<Duration>), VerifyError> {
         let has_ranges = !methods.ranges.is_empty();
         if has_ranges && self.ranges.contains_any(&methods.ranges, ip) {
-            return (Outcome::new(Verdict::Verified, Method::IpRange), None);
+            return Ok((Outcome::new(Verdict::Verified, Method::IpRange), None));
         }
         if !methods.domains.is_empty() {
             let Some(shared) = &self.shared else {
-                return (self.resolve(ip, methods).await, None);
+                return Ok((self.resolve(ip, methods).await?, None));
             };
             if let Some((v, remaining)) = shared.get_verdict(bot, ip).await {
                 // Never longer than this sidecar would keep it.
@@ -325,9 +369,9 @@ impl<R: Resolve> Verifier<R> {
                     method: v.method,
                     host: v.host,
                 };
-                return (outcome, Some(ttl));
+                return Ok((outcome, Some(ttl)));
             }
-            let outcome = self.resolve(ip, methods).await;
+            let outcome = self.resolve(ip, methods).await?;
             if outcome.verdict != Verdict::Unknown {
                 let verdict = SharedVerdict {
                     verdict: outcome.verdict,
@@ -336,7 +380,7 @@ impl<R: Resolve> Verifier<R> {
                 };
                 shared.put_verdict(bot, ip, verdict, self.ttl_of(outcome.verdict));
             }
-            return (outcome, None);
+            return Ok((outcome, None));
         }
         let outcome = if has_ranges && self.ranges.any_loaded(&methods.ranges) {
             Outcome::new(Verdict::Spoofed, Method::IpRange)
@@ -344,18 +388,18 @@ impl<R: Resolve> Verifier<R> {
             // Range-only bot whose files never loaded, or a bot without any method.
             Outcome::new(Verdict::Unknown, Method::None)
         };
-        (outcome, None)
+        Ok((outcome, None))
     }
 
-    /// FCrDNS with a lookup slot (`unknown` when none frees up in time).
-    async fn resolve(&self, ip: IpAddr, methods: &BotMethods) -> Outcome {
+    /// FCrDNS with a lookup slot ([`VerifyError::Overloaded`] when none frees up in time).
+    async fn resolve(&self, ip: IpAddr, methods: &BotMethods) -> Result<Outcome, VerifyError> {
         let permit =
             tokio::time::timeout(self.settings.lookup_slot_wait, self.lookups.acquire()).await;
         let Ok(Ok(_permit)) = permit else {
-            // Overloaded: better a quick `unknown` (cached briefly) than a queue that
-            // outlives the filter's callout timeout.
+            // Overloaded: better a quick error (the filter keeps a stale verdict) than a
+            // queue that outlives the filter's callout timeout.
             self.metrics.lookups_rejected.inc();
-            return Outcome::new(Verdict::Unknown, Method::Fcrdns);
+            return Err(VerifyError::Overloaded);
         };
         fcrdns(
             self.resolver.as_ref(),
@@ -372,7 +416,7 @@ impl<R: Resolve> Verifier<R> {
 pub(crate) mod tests {
     use super::*;
     use crate::ranges::RangeSource;
-    use crate::resolver::{DnsErrorKind, DnsFailure};
+    use crate::resolver::DnsErrorKind;
     use std::collections::HashMap;
     use std::path::PathBuf;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -495,7 +539,7 @@ pub(crate) mod tests {
             .ptr(IP, Ok(&["Crawl-66-249-66-1.GoogleBot.com."]))
             .fwd("crawl-66-249-66-1.googlebot.com", Ok(&["66.249.66.1"]));
         let v = verifier(r, vec![("googlebot", google())]);
-        let a = v.verify(IP.parse().unwrap(), "googlebot").await;
+        let a = v.verify(IP.parse().unwrap(), "googlebot").await.unwrap();
         expect(
             &a,
             Verdict::Verified,
@@ -513,7 +557,7 @@ pub(crate) mod tests {
             Ok(&["host.evilgooglebot.com", "googlebot.com.evil.net"]),
         );
         let v = verifier(r, vec![("googlebot", google())]);
-        let a = v.verify(IP.parse().unwrap(), "googlebot").await;
+        let a = v.verify(IP.parse().unwrap(), "googlebot").await.unwrap();
         expect(&a, Verdict::Spoofed, Method::Fcrdns, "", 3_600);
         // Look-alike names are never forward-checked.
         assert_eq!(v.resolver.forward_calls.load(Ordering::SeqCst), 0);
@@ -526,7 +570,7 @@ pub(crate) mod tests {
             .fwd("liar.googlebot.com", Ok(&["66.249.66.2"]));
         let v = verifier(r, vec![("googlebot", google())]);
         expect(
-            &v.verify(IP.parse().unwrap(), "googlebot").await,
+            &v.verify(IP.parse().unwrap(), "googlebot").await.unwrap(),
             Verdict::Spoofed,
             Method::Fcrdns,
             "",
@@ -540,7 +584,7 @@ pub(crate) mod tests {
             let r = FakeResolver::default().ptr(IP, Err(kind));
             let v = verifier(r, vec![("googlebot", google())]);
             expect(
-                &v.verify(IP.parse().unwrap(), "googlebot").await,
+                &v.verify(IP.parse().unwrap(), "googlebot").await.unwrap(),
                 Verdict::Spoofed,
                 Method::Fcrdns,
                 "",
@@ -550,7 +594,7 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
-    async fn unknown_on_transient_ptr_failures() {
+    async fn transient_ptr_failures_are_errors_and_not_cached() {
         for kind in [
             DnsErrorKind::Timeout,
             DnsErrorKind::Servfail,
@@ -560,15 +604,50 @@ pub(crate) mod tests {
         ] {
             let r = FakeResolver::default().ptr(IP, Err(kind));
             let v = verifier(r, vec![("googlebot", google())]);
-            let a = v.verify(IP.parse().unwrap(), "googlebot").await;
-            expect(&a, Verdict::Unknown, Method::Fcrdns, "", 30);
-            let text = v.metrics().encode();
-            let series = format!(
-                "crawlguard_sidecar_dns_errors_total{{type=\"ptr\",kind=\"{}\"}} 1",
-                kind.as_str()
+            let e = v.verify(IP.parse().unwrap(), "googlebot").await;
+            assert_eq!(
+                e,
+                Err(VerifyError::Dns {
+                    query: "ptr",
+                    failure: fail(kind)
+                })
             );
-            assert!(text.contains(&series), "{series} not in\n{text}");
+            assert_eq!(
+                e.unwrap_err().to_string(),
+                format!("dns ptr query got no answer: {}: scripted", kind.as_str())
+            );
+            // Not cached: the next query asks DNS again.
+            assert!(v.verify(IP.parse().unwrap(), "googlebot").await.is_err());
+            assert_eq!(v.resolver.reverse_calls.load(Ordering::SeqCst), 2);
+            let text = v.metrics().encode();
+            for series in [
+                format!(
+                    "crawlguard_sidecar_dns_errors_total{{type=\"ptr\",kind=\"{}\"}} 2",
+                    kind.as_str()
+                ),
+                "crawlguard_sidecar_verify_errors_total 2".to_string(),
+                "crawlguard_sidecar_cache_misses_total 0".to_string(),
+            ] {
+                assert!(text.contains(&series), "{series} not in\n{text}");
+            }
+            assert!(!text.contains("verdict=\"unknown\""), "{text}");
         }
+    }
+
+    #[tokio::test]
+    async fn forward_servfail_is_an_error() {
+        let ip: IpAddr = IP.parse().unwrap();
+        let r = FakeResolver::default()
+            .ptr(IP, Ok(&["crawl.googlebot.com"]))
+            .fwd("crawl.googlebot.com", Err(DnsErrorKind::Servfail));
+        let v = verifier(r, vec![("googlebot", google())]);
+        assert_eq!(
+            v.verify(ip, "googlebot").await,
+            Err(VerifyError::Dns {
+                query: "a",
+                failure: fail(DnsErrorKind::Servfail)
+            })
+        );
     }
 
     #[tokio::test]
@@ -586,7 +665,7 @@ pub(crate) mod tests {
             .fwd("liar.googlebot.com", Ok(&["10.0.0.1"]))
             .fwd("crawl-1.google.com", Ok(&["10.0.0.2", "66.249.66.1"]));
         let v = verifier(r, vec![("googlebot", google())]);
-        let a = v.verify(IP.parse().unwrap(), "googlebot").await;
+        let a = v.verify(IP.parse().unwrap(), "googlebot").await.unwrap();
         expect(
             &a,
             Verdict::Verified,
@@ -598,18 +677,18 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
-    async fn forward_timeout_without_pass_is_unknown_but_a_pass_wins() {
+    async fn forward_timeout_without_pass_is_an_error_but_a_pass_wins() {
         let r = FakeResolver::default()
             .ptr(IP, Ok(&["a.googlebot.com", "b.googlebot.com"]))
             .fwd("a.googlebot.com", Err(DnsErrorKind::Timeout))
             .fwd("b.googlebot.com", Err(DnsErrorKind::Nxdomain));
         let v = verifier(r, vec![("googlebot", google())]);
-        expect(
-            &v.verify(IP.parse().unwrap(), "googlebot").await,
-            Verdict::Unknown,
-            Method::Fcrdns,
-            "",
-            30,
+        assert_eq!(
+            v.verify(IP.parse().unwrap(), "googlebot").await,
+            Err(VerifyError::Dns {
+                query: "a",
+                failure: fail(DnsErrorKind::Timeout)
+            })
         );
 
         let r = FakeResolver::default()
@@ -618,7 +697,7 @@ pub(crate) mod tests {
             .fwd("b.googlebot.com", Ok(&["66.249.66.1"]));
         let v = verifier(r, vec![("googlebot", google())]);
         expect(
-            &v.verify(IP.parse().unwrap(), "googlebot").await,
+            &v.verify(IP.parse().unwrap(), "googlebot").await.unwrap(),
             Verdict::Verified,
             Method::Fcrdns,
             "b.googlebot.com",
@@ -633,7 +712,7 @@ pub(crate) mod tests {
             .fwd("a.googlebot.com", Err(DnsErrorKind::NoData));
         let v = verifier(r, vec![("googlebot", google())]);
         expect(
-            &v.verify(IP.parse().unwrap(), "googlebot").await,
+            &v.verify(IP.parse().unwrap(), "googlebot").await.unwrap(),
             Verdict::Spoofed,
             Method::Fcrdns,
             "",
@@ -655,7 +734,7 @@ pub(crate) mod tests {
             s,
         );
         expect(
-            &v.verify(IP.parse().unwrap(), "googlebot").await,
+            &v.verify(IP.parse().unwrap(), "googlebot").await.unwrap(),
             Verdict::Spoofed,
             Method::Fcrdns,
             "",
@@ -671,7 +750,7 @@ pub(crate) mod tests {
             .ptr(ip6, Ok(&["crawl-v6.googlebot.com."]))
             .fwd("crawl-v6.googlebot.com", Ok(&["2001:4860:4801:10:0:0:0:1"]));
         let v = verifier(r, vec![("googlebot", google())]);
-        let a = v.verify(ip6.parse().unwrap(), "googlebot").await;
+        let a = v.verify(ip6.parse().unwrap(), "googlebot").await.unwrap();
         expect(
             &a,
             Verdict::Verified,
@@ -690,7 +769,8 @@ pub(crate) mod tests {
         let v = verifier(r, vec![("googlebot", google())]);
         let a = v
             .verify("::ffff:66.249.66.1".parse().unwrap(), "googlebot")
-            .await;
+            .await
+            .unwrap();
         expect(
             &a,
             Verdict::Verified,
@@ -729,7 +809,7 @@ pub(crate) mod tests {
             settings(),
         );
         expect(
-            &v.verify(IP.parse().unwrap(), "googlebot").await,
+            &v.verify(IP.parse().unwrap(), "googlebot").await.unwrap(),
             Verdict::Verified,
             Method::IpRange,
             "",
@@ -738,7 +818,9 @@ pub(crate) mod tests {
         assert_eq!(v.resolver.reverse_calls.load(Ordering::SeqCst), 0);
         // Outside the ranges: falls through to FCrDNS (fake answers NXDOMAIN).
         expect(
-            &v.verify("1.2.3.4".parse().unwrap(), "googlebot").await,
+            &v.verify("1.2.3.4".parse().unwrap(), "googlebot")
+                .await
+                .unwrap(),
             Verdict::Spoofed,
             Method::Fcrdns,
             "",
@@ -769,14 +851,18 @@ pub(crate) mod tests {
             settings(),
         );
         expect(
-            &v.verify("52.230.152.9".parse().unwrap(), "gptbot").await,
+            &v.verify("52.230.152.9".parse().unwrap(), "gptbot")
+                .await
+                .unwrap(),
             Verdict::Verified,
             Method::IpRange,
             "",
             86_400,
         );
         expect(
-            &v.verify("52.230.153.9".parse().unwrap(), "gptbot").await,
+            &v.verify("52.230.153.9".parse().unwrap(), "gptbot")
+                .await
+                .unwrap(),
             Verdict::Spoofed,
             Method::IpRange,
             "",
@@ -784,14 +870,18 @@ pub(crate) mod tests {
         );
         // Ranges configured but never loaded: no data, cannot decide.
         expect(
-            &v.verify("52.230.153.9".parse().unwrap(), "claudebot").await,
+            &v.verify("52.230.153.9".parse().unwrap(), "claudebot")
+                .await
+                .unwrap(),
             Verdict::Unknown,
             Method::None,
             "",
             30,
         );
         expect(
-            &v.verify("52.230.153.9".parse().unwrap(), "nomethod").await,
+            &v.verify("52.230.153.9".parse().unwrap(), "nomethod")
+                .await
+                .unwrap(),
             Verdict::Unknown,
             Method::None,
             "",
@@ -803,7 +893,7 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn unlisted_bot_is_unknown_none_and_not_cached() {
         let v = verifier(FakeResolver::default(), vec![("googlebot", google())]);
-        let a = v.verify(IP.parse().unwrap(), "madeupbot").await;
+        let a = v.verify(IP.parse().unwrap(), "madeupbot").await.unwrap();
         expect(&a, Verdict::Unknown, Method::None, "", 30);
         assert!(v.metrics().encode().contains(
             "crawlguard_sidecar_verdicts_total{bot=\"unlisted\",method=\"none\",verdict=\"unknown\"} 1"
@@ -818,12 +908,12 @@ pub(crate) mod tests {
             .fwd("crawl.googlebot.com", Ok(&["66.249.66.1"]));
         let v = verifier(r, vec![("googlebot", google()), ("googleother", google())]);
         let ip: IpAddr = IP.parse().unwrap();
-        v.verify(ip, "googlebot").await;
-        let again = v.verify(ip, "googlebot").await;
+        v.verify(ip, "googlebot").await.unwrap();
+        let again = v.verify(ip, "googlebot").await.unwrap();
         assert!(again.ttl_s <= 86_400 && again.ttl_s >= 86_399, "{again:?}");
         assert_eq!(v.resolver.reverse_calls.load(Ordering::SeqCst), 1);
         // The key is (ip, bot): another bot id resolves separately.
-        v.verify(ip, "googleother").await;
+        v.verify(ip, "googleother").await.unwrap();
         assert_eq!(v.resolver.reverse_calls.load(Ordering::SeqCst), 2);
         let text = v.metrics().encode();
         assert!(
@@ -835,7 +925,7 @@ pub(crate) mod tests {
             "{text}"
         );
         v.invalidate_cache();
-        v.verify(ip, "googlebot").await;
+        v.verify(ip, "googlebot").await.unwrap();
         assert_eq!(v.resolver.reverse_calls.load(Ordering::SeqCst), 3);
     }
 
@@ -849,7 +939,7 @@ pub(crate) mod tests {
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..50 {
             let v = v.clone();
-            set.spawn(async move { v.verify(IP.parse().unwrap(), "googlebot").await });
+            set.spawn(async move { v.verify(IP.parse().unwrap(), "googlebot").await.unwrap() });
         }
         while let Some(a) = set.join_next().await {
             assert_eq!(a.unwrap().verdict, Verdict::Verified);
@@ -859,7 +949,7 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
-    async fn no_lookup_slot_in_time_is_unknown() {
+    async fn no_lookup_slot_in_time_is_an_error() {
         let mut r = FakeResolver::default()
             .ptr(IP, Ok(&["crawl.googlebot.com"]))
             .ptr("66.249.66.2", Ok(&["crawl.googlebot.com"]));
@@ -877,13 +967,30 @@ pub(crate) mod tests {
             let v = v.clone();
             tokio::spawn(async move { v.verify(IP.parse().unwrap(), "googlebot").await })
         };
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // The slow one holds the only slot once it has asked for the PTR.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while v.resolver.reverse_calls.load(Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "the first lookup never started");
+            tokio::task::yield_now().await;
+        }
         let a = v.verify("66.249.66.2".parse().unwrap(), "googlebot").await;
-        expect(&a, Verdict::Unknown, Method::Fcrdns, "", 30);
-        assert!(v
-            .metrics()
-            .encode()
-            .contains("crawlguard_sidecar_lookups_rejected_total 1"));
-        slow.await.unwrap();
+        assert_eq!(a, Err(VerifyError::Overloaded));
+        let text = v.metrics().encode();
+        assert!(
+            text.contains("crawlguard_sidecar_lookups_rejected_total 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("crawlguard_sidecar_verify_errors_total 1"),
+            "{text}"
+        );
+        // NXDOMAIN for the forward name: a definite answer.
+        expect(
+            &slow.await.unwrap().unwrap(),
+            Verdict::Spoofed,
+            Method::Fcrdns,
+            "",
+            3_600,
+        );
     }
 }

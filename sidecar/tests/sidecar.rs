@@ -454,7 +454,7 @@ async fn fifty_concurrent_requests_make_one_resolution() {
 }
 
 #[tokio::test]
-async fn dns_timeout_gives_unknown_within_the_timeout() {
+async fn dns_timeout_gives_503_within_the_timeout() {
     // A UDP socket that never answers: every query times out.
     let blackhole = UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = blackhole.local_addr().unwrap().port();
@@ -472,11 +472,15 @@ async fn dns_timeout_gives_unknown_within_the_timeout() {
     )
     .await;
     let started = Instant::now();
-    let v = sc.verify("192.0.2.1", "googlebot").await;
+    let (status, body) = sc.get("/v1/verify?ip=192.0.2.1&bot=googlebot").await;
     let elapsed = started.elapsed();
+    // No answer is not a verdict: 503, so the filter keeps a verdict it had.
     assert_eq!(
-        v,
-        answer("192.0.2.1", "googlebot", "unknown", "fcrdns", "", 30)
+        (status, body.as_str()),
+        (
+            503,
+            r#"{"error":"dns ptr query got no answer: timeout: query budget exceeded"}"#
+        )
     );
     // 300 ms per attempt, one attempt, plus the 100 ms hard-budget margin and slack.
     assert!(elapsed >= Duration::from_millis(250), "{elapsed:?}");
@@ -486,12 +490,89 @@ async fn dns_timeout_gives_unknown_within_the_timeout() {
             .await,
         1.0
     );
-    // The unknown verdict is cached briefly: a repeat is immediate.
-    let started = Instant::now();
-    let again = sc.verify("192.0.2.1", "googlebot").await;
-    assert!(started.elapsed() < Duration::from_millis(200));
-    assert_eq!(again["verdict"], "unknown");
+    // Not cached: a repeat asks DNS again.
+    let (status, _) = sc.get("/v1/verify?ip=192.0.2.1&bot=googlebot").await;
+    assert_eq!(status, 503);
+    assert_eq!(
+        sc.metric("crawlguard_sidecar_dns_errors_total{type=\"ptr\",kind=\"timeout\"}")
+            .await,
+        2.0
+    );
+    assert_eq!(
+        sc.metric("crawlguard_sidecar_verify_errors_total").await,
+        2.0
+    );
+    assert_eq!(
+        sc.metric("crawlguard_sidecar_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"unknown\"}")
+            .await,
+        0.0
+    );
     drop(blackhole);
+}
+
+#[tokio::test]
+async fn a_dns_outage_is_503_never_unknown() {
+    let Some(bin) = require_dnsmasq() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let dns = start_dnsmasq(&bin, dir.path());
+    let sc = start_sidecar(
+        dir.path(),
+        &[
+            "--nameserver".into(),
+            dns.addr.to_string(),
+            "--dns-timeout-ms".into(),
+            "300".into(),
+            "--dns-attempts".into(),
+            "1".into(),
+            "--ttl-verified-s".into(),
+            "1".into(),
+        ],
+    )
+    .await;
+    let verified = answer(
+        "192.0.2.1",
+        "googlebot",
+        "verified",
+        "fcrdns",
+        "crawl-66-249-66-1.googlebot.com",
+        1,
+    );
+    assert_eq!(sc.verify("192.0.2.1", "googlebot").await, verified);
+    // A definite answer while DNS works: NXDOMAIN is `spoofed`.
+    assert_eq!(
+        sc.verify("198.51.100.1", "googlebot").await["verdict"],
+        "spoofed"
+    );
+    // The resolver dies. Until the cached verdict expires the answer is `verified`; then
+    // 503, and never `unknown` (which would overwrite the filter's verdict).
+    drop(dns);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        let (status, body) = sc.get("/v1/verify?ip=192.0.2.1&bot=googlebot").await;
+        if status != 200 {
+            assert_eq!(status, 503, "{body}");
+            break body;
+        }
+        assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), verified);
+        assert!(Instant::now() < deadline, "the verdict never expired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let error: Value = serde_json::from_str(&body).unwrap();
+    let message = error["error"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("dns ptr query got no answer: "),
+        "{body}"
+    );
+    // A new claim while DNS is down: 503 too, not `unknown`.
+    let (status, _) = sc.get("/v1/verify?ip=198.51.100.2&bot=googlebot").await;
+    assert_eq!(status, 503);
+    assert_eq!(
+        sc.metric("crawlguard_sidecar_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"unknown\"}")
+            .await,
+        0.0
+    );
 }
 
 /// Writes `content` to `path` atomically (temp file + rename), as a sync job would.
@@ -768,6 +849,80 @@ fn print_default_config_is_a_valid_config() {
         stdout.starts_with("configuration ok: 56 bots, 0 range files, 15 range URLs"),
         "{stdout}"
     );
+}
+
+#[test]
+fn check_config_gives_one_verdict_naming_each_failing_range_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("good.json"),
+        r#"{"prefixes": [{"ipv4Prefix": "192.0.2.64/26"}]}"#,
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("broken.json"), "not json").unwrap();
+    let config = dir.path().join("verifier.toml");
+    std::fs::write(
+        &config,
+        "bots_mode = \"replace\"\n\
+         [[bots]]\nid = \"gptbot\"\nranges = [\"good.json\", \"broken.json\", \"missing.json\"]\n",
+    )
+    .unwrap();
+    let check = |config: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_crawlguard-sidecar"))
+            .args([
+                "--check-config",
+                "--no-builtin-range-urls",
+                "--log-level",
+                "off",
+            ])
+            .arg("--config")
+            .arg(config)
+            .output()
+            .unwrap()
+    };
+    let out = check(&config);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert_eq!(stdout, "", "no `ok` for a failing configuration");
+    let lines: Vec<&str> = stderr.lines().collect();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    assert_eq!(lines.len(), 3, "{stderr}");
+    assert_eq!(
+        lines[0],
+        "configuration invalid: 2 of 3 range files cannot be used"
+    );
+    let broken = format!("  range file {}: ", path("broken.json"));
+    let missing = format!("  range file {}: ", path("missing.json"));
+    assert!(
+        lines[1..]
+            .iter()
+            .any(|l| l.starts_with(&broken) && l.len() > broken.len()),
+        "{stderr}"
+    );
+    assert!(
+        lines[1..]
+            .iter()
+            .any(|l| l.starts_with(&missing) && l.len() > missing.len()),
+        "{stderr}"
+    );
+
+    // Only the good file: ok, on stdout, exit 0.
+    std::fs::write(
+        &config,
+        "bots_mode = \"replace\"\n[[bots]]\nid = \"gptbot\"\nranges = [\"good.json\"]\n",
+    )
+    .unwrap();
+    let out = check(&config);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "configuration ok: 1 bots, 1 range files, 0 range URLs (fetched at start, not by \
+         --check-config)\n"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
 }
 
 #[test]

@@ -448,8 +448,14 @@ fn compile_fleet(f: &FleetConfig) -> Result<(), ConfigError> {
             "must be 1..=128 printable ASCII chars",
         ));
     }
-    if !(100..=60_000).contains(&f.sync_interval_ms) {
-        return Err(err("fleet.sync_interval_ms", "must be 100..=60000"));
+    // The sidecar refuses syncs announcing any other interval.
+    let lo = crawlguard_contract::fleet::MIN_INTERVAL_MS;
+    let hi = crawlguard_contract::fleet::MAX_INTERVAL_MS;
+    if !(lo..=hi).contains(&f.sync_interval_ms) {
+        return Err(err(
+            "fleet.sync_interval_ms",
+            format!("must be {lo}..={hi}"),
+        ));
     }
     if !(10..=f.sync_interval_ms).contains(&f.timeout_ms) {
         return Err(err(
