@@ -541,6 +541,33 @@ fn a_client_that_hammers_escalates_and_one_that_waits_is_counted_honoured() {
     assert_eq!(retry_after(&p, ctx), Some(2));
 }
 
+/// The default script policy and limit (Retry-After 1..300 s, escalation after 3 ignored,
+/// x2 per step up to 3600 s; 1 token/s, burst 10), without jitter.
+const SCRIPT_DEFAULTS: &str = r#"{"classes":{"script":{"retry_after":{"jitter_s":0}}}}"#;
+
+#[test]
+fn a_flood_escalates_one_factor_per_step_from_the_class_base_never_compounding() {
+    let mut p = FakeProxy::new(SCRIPT_DEFAULTS, T0);
+    for _ in 0..10 {
+        assert_eq!(p.get("/", "curl/8", G).1, Step::Continue);
+    }
+    let mut seen = Vec::new();
+    for _ in 0..16 {
+        let (ctx, step) = p.get("/", "curl/8", G);
+        assert_eq!(step, Step::Pause);
+        seen.push(retry_after(&p, ctx).unwrap_or(0));
+        // `make run`'s curl loop: one request every 5 ms.
+        p.advance(5 * MS);
+    }
+    // 1 s three times (the first told, two ignored), then step n waits 1 x 2^n s: steps 1
+    // to 5 are 2, 4, 8, 16, 32; the cap is reached at step 12.
+    assert_eq!(
+        seen,
+        [1, 1, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3600, 3600]
+    );
+    assert_eq!(p.counter("crawlguard.class.script.escalated"), 13);
+}
+
 #[test]
 fn a_verified_crawler_never_escalates() {
     let mut p = proxy("");
