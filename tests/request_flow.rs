@@ -402,6 +402,32 @@ fn upstream_429_is_normalised_and_our_own_reply_is_not_rewritten() {
 }
 
 #[test]
+fn upstream_503_retry_after_is_the_shedding_range_or_the_origins_longer_one() {
+    let mut p = FakeProxy::new(r#"{"shedding":{"retry_after":{"jitter_s":0}}}"#, T0);
+    let mut got = Vec::new();
+    for headers in [
+        &[(":status", "503")][..],
+        &[(":status", "503"), ("retry-after", "2")],
+        &[(":status", "503"), ("retry-after", "300")],
+        &[(":status", "503"), ("retry-after", "99999")],
+    ] {
+        let (ctx, _) = p.get("/", CHROME, G);
+        assert_eq!(p.respond(ctx, headers, false), Step::Pause);
+        let r = p.req(ctx).reply.clone().expect("normalised");
+        assert_eq!(r.status, 503);
+        got.push(r.header("retry-after").map(str::to_string));
+    }
+    // shedding.retry_after.min_s (15, no jitter), raised to 15, kept, cut at
+    // rewrite.max_retry_after_s (3600).
+    assert_eq!(
+        got,
+        [Some("15"), Some("15"), Some("300"), Some("3600")].map(|v| v.map(String::from))
+    );
+    assert_eq!(p.counter("crawlguard.rewrite.status_503"), 4);
+    assert_eq!(p.counter("crawlguard.rewrite.retry_after_added"), 1);
+}
+
+#[test]
 fn a_200_passes_untouched_and_a_refused_reply_fails_open() {
     let mut p = proxy("");
     let (ctx, _) = p.get("/", CHROME, G);
