@@ -8,8 +8,9 @@
 //! `after_ignored` times is put in a *penalty*: rejected without consuming tokens, with a
 //! Retry-After of `retry_after.min_s x factor^step` for its step (1, 2, ...), up to `max_s`.
 //! The step count alone sets it, never the penalty still to serve, so a flood climbs one
-//! factor per request instead of compounding. After `decay_s` without an ignored request,
-//! the key starts over.
+//! factor per request instead of compounding. A penalty lasts what its Retry-After said;
+//! once it is served and `decay_s` has passed without an ignored request, the key starts
+//! over.
 
 use crate::bucket::NS_PER_S;
 use crate::config::{ClassPolicy, Escalation};
@@ -59,8 +60,9 @@ impl Compliance {
     /// ignored or honoured its Retry-After (an ignored one is counted toward escalation when
     /// `policy` is enabled).
     pub fn visit(&mut self, now_ns: u64, policy: &Escalation) -> Visit {
-        if self.forget_at_ns != 0 && self.forget_at_ns <= now_ns {
-            // Good behaviour for decay_s: the key starts over, penalty included.
+        if self.forget_at_ns != 0 && self.forget_at_ns <= now_ns && !self.in_penalty(now_ns) {
+            // Good behaviour for decay_s, and the penalty served: the key starts over. A
+            // penalty longer than decay_s lasts what its Retry-After said.
             self.ignored = 0;
             self.level = 0;
             self.forget_at_ns = 0;

@@ -595,6 +595,33 @@ fn a_flood_escalates_one_factor_per_step_from_the_class_base_never_compounding()
 }
 
 #[test]
+fn a_penalty_lasts_what_its_retry_after_said_not_decay_s() {
+    let flooded = || {
+        let mut p = FakeProxy::new(SCRIPT_DEFAULTS, T0);
+        for _ in 0..26 {
+            let _ = p.get("/", "curl/8", G);
+            p.advance(5 * MS);
+        }
+        p
+    };
+    // Told 3600 s; back after decay_s (600 s): still in its penalty, so ignored again.
+    let mut p = flooded();
+    p.advance(601 * S);
+    let (ctx, step) = p.get("/", "curl/8", G);
+    assert_eq!(step, Step::Pause);
+    assert_eq!(retry_after(&p, ctx), Some(3600));
+    // Back after the 3600 s it was told: honoured, admitted, and it starts over at 1 s.
+    let mut p = flooded();
+    p.advance(3600 * S);
+    for _ in 0..10 {
+        assert_eq!(p.get("/", "curl/8", G).1, Step::Continue);
+    }
+    let (ctx, _) = p.get("/", "curl/8", G);
+    assert_eq!(retry_after(&p, ctx), Some(1));
+    assert_eq!(p.counter("crawlguard.class.script.retry_after_honoured"), 1);
+}
+
+#[test]
 fn a_verified_crawler_never_escalates() {
     let mut p = proxy("");
     let (ctx, _) = p.get("/", GOOGLEBOT, G);
