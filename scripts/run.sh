@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make run`: the sidecar (crawlguard-sidecar) on 127.0.0.1:9090 and Envoy in the foreground
-# with envoy/envoy.yaml (crawlguard with its embedded default configuration in front of the
-# demo origin). Expects `make build build-sidecar` to have run. Ctrl-C stops both.
+# with envoy/envoy.yaml (crawlguard in front of the demo origin) and the configuration in
+# envoy/examples/make-run.json: the embedded default with short escalation for scripts and
+# spoofed claims, so the demo's own floods show escalation without locking 127.0.0.1 out for
+# an hour. Expects `make build build-sidecar` to have run. Ctrl-C stops both.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -18,6 +20,13 @@ VERIFIER=target/release/crawlguard-sidecar
 VERIFIER_PID=$!
 trap 'kill "$VERIFIER_PID" 2>/dev/null || true' EXIT INT TERM
 
+# envoy.yaml with the demo configuration (one line of JSON, a single-quoted YAML scalar).
+DEMO_CONFIG=envoy/examples/make-run.json
+DEMO_YAML=target/make-run/envoy.yaml
+mkdir -p "$(dirname "$DEMO_YAML")"
+grep -q 'value: ""' envoy/envoy.yaml || { echo "envoy/envoy.yaml has no empty configuration value" >&2; exit 1; }
+sed "s|value: \"\"|value: '$(tr -d '\n' < "$DEMO_CONFIG")'|" envoy/envoy.yaml > "$DEMO_YAML"
+
 CHROME='Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36'
 GOOGLEBOT='Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)'
 cat <<MSG
@@ -28,8 +37,10 @@ Try, from another terminal:
   # a browser: 200; the origin got x-crawler-class: human (it echoes it as x-upstream-saw-class)
   curl -si -A '$CHROME' http://127.0.0.1:10000/
 
-  # a curl flood (class script): 200s, then 429s with Retry-After
-  for i in \$(seq 100); do curl -s -o /dev/null -w '%{http_code} ' http://127.0.0.1:10000/; done; echo
+  # a curl flood (class script): 10 200s, then 429s with their Retry-After; ignoring it
+  # escalates (1 1 1, then 2 4 8 16 s, plus jitter 0..10). The demo caps that at 16 s and
+  # forgets it 30 s after the last ignored one (the default: 3600 s, forgotten after 600 s)
+  for i in \$(seq 20); do curl -s -o /dev/null -w '%{http_code}:%header{retry-after} ' http://127.0.0.1:10000/; done; echo
 
   # a Googlebot claim: checked by the verifier; from 127.0.0.1 it is spoofed (loopback is
   # never a crawler's address), so it gets the strict spoofed limit; a rejection in full
@@ -42,8 +53,12 @@ Try, from another terminal:
   # what crawlguard counted
   curl -s 'http://127.0.0.1:9901/stats?filter=wasmcustom.crawlguard'
 
+  # only 429s? 127.0.0.1 is serving a penalty (Envoy's access log shows retry_after=...):
+  # wait 30 s (60 s for the Googlebot claim), send from another loopback address
+  # (curl --interface 127.0.0.2 ...), or restart make run (state lives in Envoy's memory)
+
 MSG
-.venv/bin/envoy -c envoy/envoy.yaml --concurrency "${ENVOY_CONCURRENCY:-2}" \
+.venv/bin/envoy -c "$DEMO_YAML" --concurrency "${ENVOY_CONCURRENCY:-2}" \
     --log-level warn --component-log-level wasm:debug &
 ENVOY_PID=$!
 trap 'kill "$ENVOY_PID" "$VERIFIER_PID" 2>/dev/null || true' EXIT INT TERM

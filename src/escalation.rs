@@ -6,11 +6,14 @@
 //! *honoured* when it comes after it (counted once: `crawlguard.class.<c>.retry_after_*`).
 //! With escalation on for the class, a key that has ignored its Retry-After
 //! `after_ignored` times is put in a *penalty*: rejected without consuming tokens, with a
-//! Retry-After multiplied by `factor` for every further step, up to `max_s`. After `decay_s`
-//! without an ignored request, the key starts over.
+//! Retry-After of `retry_after.min_s x factor^step` for its step (1, 2, ...), up to `max_s`.
+//! The step count alone sets it, never the penalty still to serve, so a flood climbs one
+//! factor per request instead of compounding. A penalty lasts what its Retry-After said;
+//! once it is served and `decay_s` has passed without an ignored request, the key starts
+//! over.
 
 use crate::bucket::NS_PER_S;
-use crate::config::Escalation;
+use crate::config::{ClassPolicy, Escalation};
 
 /// What a key remembers between requests (zero: nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -57,8 +60,9 @@ impl Compliance {
     /// ignored or honoured its Retry-After (an ignored one is counted toward escalation when
     /// `policy` is enabled).
     pub fn visit(&mut self, now_ns: u64, policy: &Escalation) -> Visit {
-        if self.forget_at_ns != 0 && self.forget_at_ns <= now_ns {
-            // Good behaviour for decay_s: the key starts over, penalty included.
+        if self.forget_at_ns != 0 && self.forget_at_ns <= now_ns && !self.in_penalty(now_ns) {
+            // Good behaviour for decay_s, and the penalty served: the key starts over. A
+            // penalty longer than decay_s lasts what its Retry-After said.
             self.ignored = 0;
             self.level = 0;
             self.forget_at_ns = 0;
@@ -83,28 +87,22 @@ impl Compliance {
         now_ns < self.penalty_until_ns
     }
 
-    /// The key is rejected at `now_ns` with a normal Retry-After of `base_s` seconds (already
-    /// clamped to the class range). With escalation on and `after_ignored` ignored
-    /// Retry-Afters, it escalates one step: the Retry-After becomes `base_s x factor^level`,
-    /// capped at `max_s`, and the key serves it as a penalty. Remembers when the client was
-    /// told to come back (`now + Retry-After`; the jitter added on the wire only makes the
-    /// client later) and returns the Retry-After to send, before jitter, and whether it
-    /// escalated.
-    pub fn reject(&mut self, now_ns: u64, base_s: u32, policy: &Escalation) -> (u32, bool) {
-        let escalate = policy.enabled && self.ignored >= policy.after_ignored.max(1);
+    /// The key is rejected at `now_ns` by a class with `policy`; `normal_s` is the
+    /// Retry-After it would get without escalation (already clamped to the class range; the
+    /// class's `retry_after.min_s` while it serves a penalty, as its bucket is not asked).
+    /// With escalation on and `after_ignored` ignored Retry-Afters, it escalates one step and
+    /// serves [`penalty_s`] of that step as a penalty (never less than `normal_s`).
+    /// Remembers when the client was told to come back (`now + Retry-After`; the jitter
+    /// added on the wire only makes the client later) and returns the Retry-After to send,
+    /// before jitter, s, and whether it escalated.
+    pub fn reject(&mut self, now_ns: u64, normal_s: u32, policy: &ClassPolicy) -> (u32, bool) {
+        let esc = &policy.escalation;
+        let escalate = esc.enabled && self.ignored >= esc.after_ignored.max(1);
         let ra_s = if escalate {
             self.level = self.level.saturating_add(1);
-            let mut ra = f64::from(base_s.max(1));
-            for _ in 0..self.level {
-                ra *= policy.factor;
-                if ra >= f64::from(policy.max_s) {
-                    break;
-                }
-            }
-            // Saturating float-to-int; never below the normal value, never above max_s.
-            (ra.min(f64::from(policy.max_s)) as u32).max(base_s)
+            penalty_s(self.level, policy).max(normal_s)
         } else {
-            base_s
+            normal_s
         };
         let until = now_ns.saturating_add(u64::from(ra_s).saturating_mul(NS_PER_S));
         if escalate {
@@ -115,32 +113,60 @@ impl Compliance {
     }
 }
 
+/// Retry-After of escalation step `step` (1 = the first) for a class with `policy`, s:
+/// `retry_after.min_s x escalation.factor^step`, capped at `escalation.max_s` (step 0: the
+/// base itself). Depends on nothing else, so the same step always gets the same wait.
+pub fn penalty_s(step: u8, policy: &ClassPolicy) -> u32 {
+    let esc = &policy.escalation;
+    let cap = f64::from(esc.max_s);
+    let mut ra = f64::from(policy.retry_after.min_s.max(1));
+    for _ in 0..step {
+        if ra >= cap {
+            break;
+        }
+        ra *= esc.factor;
+    }
+    // Saturating float-to-int; max_s bounds it.
+    ra.min(cap) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::RetryAfter;
 
     const T0: u64 = 1_700_000_000 * NS_PER_S;
 
-    fn policy(enabled: bool) -> Escalation {
-        Escalation {
-            enabled,
-            after_ignored: 3,
-            factor: 2.0,
-            max_s: 40,
-            decay_s: 60,
+    /// Retry-After 5..300 s, escalation after 3 ignored, x2 per step up to 40 s.
+    fn policy(enabled: bool) -> ClassPolicy {
+        ClassPolicy {
+            retry_after: RetryAfter {
+                min_s: 5,
+                max_s: 300,
+                jitter_s: 0,
+            },
+            reject_status: 429,
+            escalation: Escalation {
+                enabled,
+                after_ignored: 3,
+                factor: 2.0,
+                max_s: 40,
+                decay_s: 60,
+            },
         }
     }
 
     #[test]
     fn a_client_that_waits_honours_and_one_that_hammers_ignores() {
         let p = policy(false);
+        let e = &p.escalation;
         let mut c = Compliance::default();
-        assert_eq!(c.visit(T0, &p), Visit::Unremarkable);
+        assert_eq!(c.visit(T0, e), Visit::Unremarkable);
         assert_eq!(c.reject(T0, 5, &p), (5, false));
-        assert_eq!(c.visit(T0 + NS_PER_S, &p), Visit::Ignored);
-        assert_eq!(c.visit(T0 + 5 * NS_PER_S, &p), Visit::Honoured);
+        assert_eq!(c.visit(T0 + NS_PER_S, e), Visit::Ignored);
+        assert_eq!(c.visit(T0 + 5 * NS_PER_S, e), Visit::Honoured);
         // Counted once: the next request is unremarkable.
-        assert_eq!(c.visit(T0 + 6 * NS_PER_S, &p), Visit::Unremarkable);
+        assert_eq!(c.visit(T0 + 6 * NS_PER_S, e), Visit::Unremarkable);
         assert_eq!(c.ignored, 1);
         assert_eq!(c.level, 0);
     }
@@ -152,7 +178,7 @@ mod tests {
         let mut now = T0;
         let mut sent = Vec::new();
         for _ in 0..8 {
-            let _ = c.visit(now, &p);
+            let _ = c.visit(now, &p.escalation);
             sent.push(c.reject(now, 5, &p));
             now += NS_PER_S / 10;
         }
@@ -173,10 +199,34 @@ mod tests {
         assert!(c.in_penalty(now));
         // 60 s (decay_s) after the last ignored request it starts over.
         let later = now + 100 * NS_PER_S;
-        assert_eq!(c.visit(later, &p), Visit::Honoured);
+        assert_eq!(c.visit(later, &p.escalation), Visit::Honoured);
         assert_eq!((c.ignored, c.level), (0, 0));
         assert_eq!(c.reject(later, 5, &p), (5, false));
         assert!(c.is_idle(later + 70 * NS_PER_S));
+    }
+
+    #[test]
+    fn a_step_waits_min_s_times_factor_to_the_step_whatever_is_left_to_serve() {
+        let mut p = policy(true);
+        p.retry_after.min_s = 1;
+        p.escalation.max_s = 3_600;
+        let steps: Vec<u32> = (0..=13).map(|s| penalty_s(s, &p)).collect();
+        assert_eq!(
+            steps,
+            [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3600, 3600]
+        );
+        assert_eq!(penalty_s(u8::MAX, &p), 3_600);
+        // A longer normal wait (a slow bucket) is never cut by a step.
+        let mut c = Compliance {
+            ignored: 3,
+            ..Compliance::default()
+        };
+        assert_eq!(c.reject(T0, 20, &p), (20, true));
+        assert_eq!(c.reject(T0, 1, &p), (4, true));
+        // A factor of 1.5 rounds down to whole seconds: 3 x 1.5^3 = 10.125.
+        p.retry_after.min_s = 3;
+        p.escalation.factor = 1.5;
+        assert_eq!(penalty_s(3, &p), 10);
     }
 
     #[test]
@@ -185,7 +235,7 @@ mod tests {
         let mut c = Compliance::default();
         for i in 0..20 {
             let now = T0 + i;
-            let _ = c.visit(now, &p);
+            let _ = c.visit(now, &p.escalation);
             assert_eq!(c.reject(now, 7, &p), (7, false));
             assert!(!c.in_penalty(now));
         }

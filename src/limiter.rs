@@ -435,8 +435,9 @@ impl Limiter {
                 Visit::Unremarkable
             };
             let wait_ns = if track && st.compliance.in_penalty(now_ns) {
-                // Serving a penalty: rejected without consuming tokens.
-                st.compliance.penalty_until_ns.saturating_sub(now_ns)
+                // Serving a penalty: rejected without consuming tokens, at the class's base
+                // wait (the step sets the penalty, not what is left of the last one).
+                0
             } else {
                 match bucket::take_n(Some(st.bucket), now_ns, rate, n) {
                     Take::Allowed { state, remaining } => {
@@ -465,7 +466,7 @@ impl Limiter {
                 };
                 return ((limited, visit), None);
             }
-            let (retry_after_s, escalated) = st.compliance.reject(now_ns, base_s, esc);
+            let (retry_after_s, escalated) = st.compliance.reject(now_ns, base_s, policy);
             let limited = Charged::Limited {
                 retry_after_s,
                 escalated,

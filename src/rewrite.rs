@@ -7,7 +7,7 @@
 //! Envoy drops the upstream response instead of buffering it.
 
 use crate::class::Class;
-use crate::config::{ClassPolicy, Config};
+use crate::config::{ClassPolicy, Config, RetryAfter};
 use crate::respond;
 
 /// What the upstream's `Retry-After` said (RFC 9110 section 10.2.3).
@@ -175,8 +175,11 @@ fn status_code(s: Option<&[u8]>) -> Option<u16> {
 }
 
 /// Decides whether and how to normalise an upstream response for a request of `class`, at
-/// `now_s` (Unix seconds). `None` = pass it through untouched. `random` feeds the jitter of a
-/// computed Retry-After and is called only then.
+/// `now_s` (Unix seconds). `None` = pass it through untouched. The Retry-After is the
+/// class's range for a 429 (or another configured status); for a 503 (the origin's, Envoy's
+/// own, or a degraded page) it is `shedding.retry_after`, an upstream value kept up to
+/// `rewrite.max_retry_after_s`. `random` feeds the jitter of a computed Retry-After and is
+/// called only then.
 pub fn plan(
     cfg: &Config,
     class: Class,
@@ -194,7 +197,19 @@ pub fn plan(
     }
     let status = if degraded { 503 } else { code };
     let policy: &ClassPolicy = cfg.policy(class);
-    let ra = policy.retry_after;
+    // A 503 is the site's load, not the client's rate: retrying in the class's 1-3 s makes
+    // it worse, so it gets the shedding range, and the origin's own longer value up to
+    // rewrite.max_retry_after_s.
+    let (ra, kept) = if status == 503 {
+        let shed = cfg.shedding.retry_after;
+        let kept = RetryAfter {
+            max_s: cfg.rewrite.max_retry_after_s,
+            ..shed
+        };
+        (shed, kept)
+    } else {
+        (policy.retry_after, policy.retry_after)
+    };
     let mut fixes = Fixes {
         body_replaced: up.has_body,
         cache_control_replaced: up
@@ -203,10 +218,10 @@ pub fn plan(
         ..Fixes::default()
     };
     let retry_after_s = match parse_retry_after(up.retry_after, now_s) {
-        UpstreamRetryAfter::Seconds(s) => respond::clamp_s(s, &ra),
+        UpstreamRetryAfter::Seconds(s) => respond::clamp_s(s, &kept),
         UpstreamRetryAfter::Date(s) => {
             fixes.retry_after_converted = true;
-            respond::clamp_s(s, &ra)
+            respond::clamp_s(s, &kept)
         }
         UpstreamRetryAfter::Missing | UpstreamRetryAfter::Invalid => {
             fixes.retry_after_added = true;
@@ -349,8 +364,76 @@ mod tests {
         assert_eq!(p.retry_after_s, 1 + 2); // computed: min_s + jitter
         assert!(p.fixes.retry_after_added);
         let p = plan(&c, Class::Human, &up("503", &[]), NOW, &mut || 0).expect("rewritten");
-        assert_eq!(p.retry_after_s, 1);
+        assert_eq!(p.retry_after_s, 15); // a 503: shedding.retry_after.min_s
         assert!(p.fixes.retry_after_added);
+    }
+
+    #[test]
+    fn a_503_gets_the_shedding_range_and_keeps_a_longer_origin_value_up_to_the_cap() {
+        let c = cfg("{}");
+        let mut u = up("503", &[]);
+        // Missing or invalid: shedding.retry_after, 15 + 0..=15, for every class.
+        for class in [Class::Human, Class::SearchCrawler, Class::Script] {
+            let p = plan(&c, class, &u, NOW, &mut || 0).expect("rewritten");
+            assert_eq!((p.status, p.retry_after_s), (503, 15), "{class:?}");
+            let p = plan(&c, class, &u, NOW, &mut || 15).expect("rewritten");
+            assert_eq!(p.retry_after_s, 30, "{class:?}");
+            let p = plan(&c, class, &u, NOW, &mut || 16).expect("rewritten");
+            assert_eq!(p.retry_after_s, 15, "{class:?}"); // 16 % 16
+        }
+        let bad = vals(&["soon"]);
+        u.retry_after = &bad;
+        let p = plan(&c, Class::Human, &u, NOW, &mut || 3).expect("rewritten");
+        assert_eq!(p.retry_after_s, 18);
+        // The origin's own: raised to 15, kept above 60 (no jitter), cut at 3600.
+        for (sent, want) in [
+            ("2", 15),
+            ("15", 15),
+            ("45", 45),
+            ("300", 300),
+            ("3600", 3600),
+            ("86400", 3600),
+        ] {
+            let ra = vals(&[sent]);
+            let p =
+                plan(&c, Class::SearchCrawler, &up("503", &ra), NOW, &mut || 7).expect("rewritten");
+            assert_eq!((p.status, p.retry_after_s), (503, want), "{sent}");
+            assert!(!p.fixes.retry_after_added);
+        }
+        let ra = vals(&["Mon, 30 Nov 2026 12:05:00 GMT"]);
+        let p = plan(&c, Class::AiTrainer, &up("503", &ra), NOW, &mut || 7).expect("rewritten");
+        assert_eq!(p.retry_after_s, 300);
+        // A 429 still gets the class range: a human's 300 is cut to its max_s, 60.
+        let ra = vals(&["300"]);
+        let p = plan(&c, Class::Human, &up("429", &ra), NOW, &mut || 0).expect("rewritten");
+        assert_eq!((p.status, p.retry_after_s), (429, 60));
+        // Both ends configurable.
+        let c = cfg(
+            r#"{"shedding":{"retry_after":{"min_s":20,"max_s":90,"jitter_s":0}},
+                "rewrite":{"max_retry_after_s":120}}"#,
+        );
+        let p = plan(&c, Class::Human, &up("503", &[]), NOW, &mut || 9).expect("rewritten");
+        assert_eq!(p.retry_after_s, 20);
+        let p = plan(&c, Class::Human, &up("503", &ra), NOW, &mut || 9).expect("rewritten");
+        assert_eq!(p.retry_after_s, 120);
+    }
+
+    #[test]
+    fn a_cap_below_the_shedding_max_is_refused_with_its_field_path() {
+        let e = config::parse(br#"{"rewrite":{"max_retry_after_s":30}}"#).expect_err("refused");
+        assert_eq!(
+            e.to_string(),
+            "rewrite.max_retry_after_s: must be in shedding.retry_after.max_s..=86400 \
+             (shedding.retry_after.max_s is 60)"
+        );
+        let e = config::parse(br#"{"rewrite":{"max_retry_after_s":86401}}"#).expect_err("refused");
+        assert!(
+            e.to_string().starts_with("rewrite.max_retry_after_s: "),
+            "{e}"
+        );
+        let c =
+            cfg(r#"{"shedding":{"retry_after":{"max_s":20}},"rewrite":{"max_retry_after_s":20}}"#);
+        assert_eq!(c.rewrite.max_retry_after_s, 20);
     }
 
     #[test]
@@ -394,7 +477,7 @@ mod tests {
         let p = plan(&c, Class::SearchCrawler, &u, NOW, &mut || 0).expect("rewritten");
         assert_eq!(p.status, 503);
         assert!(p.degraded);
-        assert_eq!(p.retry_after_s, 1);
+        assert_eq!(p.retry_after_s, 15);
         assert_eq!(plan(&c, Class::Human, &u, NOW, &mut || 0), None);
         assert_eq!(plan(&c, Class::UnverifiedBot, &u, NOW, &mut || 0), None);
         u.degraded = false;

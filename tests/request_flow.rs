@@ -402,6 +402,32 @@ fn upstream_429_is_normalised_and_our_own_reply_is_not_rewritten() {
 }
 
 #[test]
+fn upstream_503_retry_after_is_the_shedding_range_or_the_origins_longer_one() {
+    let mut p = FakeProxy::new(r#"{"shedding":{"retry_after":{"jitter_s":0}}}"#, T0);
+    let mut got = Vec::new();
+    for headers in [
+        &[(":status", "503")][..],
+        &[(":status", "503"), ("retry-after", "2")],
+        &[(":status", "503"), ("retry-after", "300")],
+        &[(":status", "503"), ("retry-after", "99999")],
+    ] {
+        let (ctx, _) = p.get("/", CHROME, G);
+        assert_eq!(p.respond(ctx, headers, false), Step::Pause);
+        let r = p.req(ctx).reply.clone().expect("normalised");
+        assert_eq!(r.status, 503);
+        got.push(r.header("retry-after").map(str::to_string));
+    }
+    // shedding.retry_after.min_s (15, no jitter), raised to 15, kept, cut at
+    // rewrite.max_retry_after_s (3600).
+    assert_eq!(
+        got,
+        [Some("15"), Some("15"), Some("300"), Some("3600")].map(|v| v.map(String::from))
+    );
+    assert_eq!(p.counter("crawlguard.rewrite.status_503"), 4);
+    assert_eq!(p.counter("crawlguard.rewrite.retry_after_added"), 1);
+}
+
+#[test]
 fn a_200_passes_untouched_and_a_refused_reply_fails_open() {
     let mut p = proxy("");
     let (ctx, _) = p.get("/", CHROME, G);
@@ -539,6 +565,60 @@ fn a_client_that_hammers_escalates_and_one_that_waits_is_counted_honoured() {
     p.advance(120 * S);
     let (ctx, _) = p.get("/", "curl/8", G);
     assert_eq!(retry_after(&p, ctx), Some(2));
+}
+
+/// The default script policy and limit (Retry-After 1..300 s, escalation after 3 ignored,
+/// x2 per step up to 3600 s; 1 token/s, burst 10), without jitter.
+const SCRIPT_DEFAULTS: &str = r#"{"classes":{"script":{"retry_after":{"jitter_s":0}}}}"#;
+
+#[test]
+fn a_flood_escalates_one_factor_per_step_from_the_class_base_never_compounding() {
+    let mut p = FakeProxy::new(SCRIPT_DEFAULTS, T0);
+    for _ in 0..10 {
+        assert_eq!(p.get("/", "curl/8", G).1, Step::Continue);
+    }
+    let mut seen = Vec::new();
+    for _ in 0..16 {
+        let (ctx, step) = p.get("/", "curl/8", G);
+        assert_eq!(step, Step::Pause);
+        seen.push(retry_after(&p, ctx).unwrap_or(0));
+        // `make run`'s curl loop: one request every 5 ms.
+        p.advance(5 * MS);
+    }
+    // 1 s three times (the first told, two ignored), then step n waits 1 x 2^n s: steps 1
+    // to 5 are 2, 4, 8, 16, 32; the cap is reached at step 12.
+    assert_eq!(
+        seen,
+        [1, 1, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3600, 3600]
+    );
+    assert_eq!(p.counter("crawlguard.class.script.escalated"), 13);
+}
+
+#[test]
+fn a_penalty_lasts_what_its_retry_after_said_not_decay_s() {
+    let flooded = || {
+        let mut p = FakeProxy::new(SCRIPT_DEFAULTS, T0);
+        for _ in 0..26 {
+            let _ = p.get("/", "curl/8", G);
+            p.advance(5 * MS);
+        }
+        p
+    };
+    // Told 3600 s; back after decay_s (600 s): still in its penalty, so ignored again.
+    let mut p = flooded();
+    p.advance(601 * S);
+    let (ctx, step) = p.get("/", "curl/8", G);
+    assert_eq!(step, Step::Pause);
+    assert_eq!(retry_after(&p, ctx), Some(3600));
+    // Back after the 3600 s it was told: honoured, admitted, and it starts over at 1 s.
+    let mut p = flooded();
+    p.advance(3600 * S);
+    for _ in 0..10 {
+        assert_eq!(p.get("/", "curl/8", G).1, Step::Continue);
+    }
+    let (ctx, _) = p.get("/", "curl/8", G);
+    assert_eq!(retry_after(&p, ctx), Some(1));
+    assert_eq!(p.counter("crawlguard.class.script.retry_after_honoured"), 1);
 }
 
 #[test]

@@ -217,8 +217,10 @@ async fn retrying_at_once_escalates_up_to_max_and_decays_after_waiting() {
     }
     assert_eq!(seen, [1, 1, 2, 4, 8, 8]);
     assert_eq!(envoy.counter("crawlguard.class.script.escalated").await, 4);
-    // decay_s (3 s) without coming back: it starts over at the class's 1 s.
-    tokio::time::sleep(Duration::from_millis(3200)).await;
+    // Its last penalty (8 s) served, and so decay_s (3 s) without coming back: it starts
+    // over at the class's 1 s. (Back after decay_s but within the penalty, it would still
+    // be in it: a penalty lasts what its Retry-After said.)
+    tokio::time::sleep(Duration::from_millis(8200)).await;
     let r = get(&c, &url, UA_CURL, &[]).await;
     assert_eq!((r.status, r.retry_after_s()), (429, Some(1)));
     assert_eq!(envoy.counter("crawlguard.class.script.escalated").await, 4);

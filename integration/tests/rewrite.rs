@@ -11,7 +11,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crawlguard_integration::{
     assert_clean_rejection, client, get, ip, upstream_path, Envoy, EnvoyOpts, Limit, RawHttp1,
-    Reply, Table, TestUpstream, UpstreamProtocol, LOCAL_REPLY_HEADERS, UA_CHROME, UA_GOOGLEBOT,
+    Reply, Table, TestUpstream, UpstreamProtocol, LOCAL_REPLY_HEADERS, UA_CHROME, UA_CURL,
+    UA_GOOGLEBOT,
 };
 use serde_json::json;
 
@@ -229,25 +230,26 @@ async fn exactly_one_retry_after_when_upstream_sends_several() {
         &envoy,
         &[
             ("status", "503"),
-            ("header", "retry-after: 7"),
-            ("header", "retry-after: 7"),
+            ("header", "retry-after: 17"),
+            ("header", "retry-after: 17"),
         ],
     )
     .await;
-    assert_eq!(assert_clean_rejection(&r, 503), 7);
-    // Two differing values: invalid, replaced by the class default (one header).
+    assert_eq!(assert_clean_rejection(&r, 503), 17);
+    // Two differing values: invalid, replaced by a 503's default, shedding.retry_after's
+    // 15 + 0..=15 (one header).
     let r = fetch(
         &c,
         &envoy,
         &[
             ("status", "503"),
-            ("header", "retry-after: 7"),
+            ("header", "retry-after: 17"),
             ("header", "retry-after: 40"),
         ],
     )
     .await;
     let ra = assert_clean_rejection(&r, 503);
-    assert!((1..=3).contains(&ra), "{ra}");
+    assert!((15..=30).contains(&ra), "{ra}");
     assert_eq!(
         envoy.counter("crawlguard.rewrite.retry_after_added").await,
         1
@@ -379,7 +381,7 @@ async fn h2c_upstream_503_in_four_data_frames() {
         &envoy,
         &[
             ("status", "503"),
-            ("header", "retry-after: 9"),
+            ("header", "retry-after: 19"),
             ("header", "cache-control: max-age=60"),
             ("body_bytes", "65536"),
             ("frames", "4"),
@@ -387,7 +389,7 @@ async fn h2c_upstream_503_in_four_data_frames() {
         ],
     )
     .await;
-    assert_eq!(assert_clean_rejection(&r, 503), 9);
+    assert_eq!(assert_clean_rejection(&r, 503), 19);
     // The reset h2 stream leaves the upstream usable: a 200 still streams through.
     let ok = fetch(
         &client(ip(30)),
@@ -418,7 +420,7 @@ async fn empty_body_503_is_normalised() {
     let c = client(ip(31));
     let r = fetch(&c, &envoy, &[("status", "503"), ("body_bytes", "0")]).await;
     let ra = assert_clean_rejection(&r, 503);
-    assert!((1..=3).contains(&ra), "{ra}");
+    assert!((15..=30).contains(&ra), "{ra}");
     // The headers ended the stream: no body came, so none was replaced.
     envoy
         .assert_nonzero_counters(
@@ -439,12 +441,12 @@ async fn empty_body_503_from_h2c_upstream_is_normalised() {
         &envoy,
         &[
             ("status", "503"),
-            ("header", "retry-after: 5"),
+            ("header", "retry-after: 25"),
             ("body_bytes", "0"),
         ],
     )
     .await;
-    assert_eq!(assert_clean_rejection(&r, 503), 5);
+    assert_eq!(assert_clean_rejection(&r, 503), 25);
     envoy
         .assert_nonzero_counters("crawlguard.rewrite.", &[("status_503", 1)])
         .await;
@@ -498,14 +500,14 @@ async fn keep_alive_connection_survives_a_normalised_reply() {
         .get(
             &upstream_path(&[
                 ("status", "503"),
-                ("header", "retry-after: 4"),
+                ("header", "retry-after: 24"),
                 ("body_bytes", "200000"),
                 ("chunked", "1"),
             ]),
             UA_CHROME,
         )
         .await;
-    assert_eq!(assert_clean_rejection(&first, 503), 4);
+    assert_eq!(assert_clean_rejection(&first, 503), 24);
     assert!(first.header("connection").is_none(), "{first:?}");
     let second = conn.get("/?status=200&body=second", UA_CHROME).await;
     assert_eq!(second.status, 200);
@@ -675,10 +677,11 @@ async fn degraded_200_is_a_503_for_a_verified_crawler_only() {
     assert_eq!(human.header("x-degraded"), Some("1"));
     assert_eq!(human.upstream_class(), Some("human"));
 
-    // A verified Googlebot gets a 503 + Retry-After instead (search_crawler: 1 + 0..=5).
+    // A verified Googlebot gets a 503 + Retry-After instead (a 503: shedding.retry_after,
+    // 15 + 0..=15).
     let bot = get(&client(ip(7)), &url, UA_GOOGLEBOT, &[]).await;
     let ra = assert_clean_rejection(&bot, 503);
-    assert!((1..=6).contains(&ra), "{ra}");
+    assert!((15..=30).contains(&ra), "{ra}");
     assert_eq!(envoy.counter("crawlguard.verify.verified").await, 1);
     let reqs = up.requests().await;
     assert_eq!(reqs.len(), 2);
@@ -718,7 +721,7 @@ async fn envoy_router_503_for_an_unreachable_upstream_is_normalised() {
             .await;
     let r = get(&client(ip(42)), &envoy.url("/"), UA_CHROME, &[]).await;
     let ra = assert_clean_rejection(&r, 503);
-    assert!((1..=3).contains(&ra), "{ra}");
+    assert!((15..=30).contains(&ra), "{ra}");
     envoy
         .assert_nonzero_counters(
             "crawlguard.rewrite.",
@@ -741,17 +744,80 @@ async fn slow_upstream_503_is_normalised() {
         &[
             ("status", "503"),
             ("delay_ms", "300"),
-            ("header", "retry-after: 3"),
+            ("header", "retry-after: 23"),
             ("body_bytes", "819200"),
             ("chunk_delay_ms", "100"),
             ("chunk_bytes", "16384"),
         ],
     )
     .await;
-    assert_eq!(assert_clean_rejection(&r, 503), 3);
+    assert_eq!(assert_clean_rejection(&r, 503), 23);
     // Answered when the headers came, not after the ~5 s the whole body would take.
     let elapsed = t0.elapsed();
     println!("answered after {elapsed:?}");
     assert!(elapsed >= Duration::from_millis(300), "{elapsed:?}");
     assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+}
+
+/// Shedding's Retry-After without jitter, so every value below is exact.
+fn shed_retry_after_without_jitter() -> serde_json::Value {
+    json!({"shedding": {"retry_after": {"jitter_s": 0}}})
+}
+
+#[tokio::test]
+async fn a_503_gets_the_shedding_retry_after_and_keeps_the_origins_longer_one_up_to_the_cap() {
+    let (envoy, _up) = Envoy::start_with_upstream(shed_retry_after_without_jitter()).await;
+    let c = client(ip(43));
+    let mut got = Vec::new();
+    for ra in [None, Some("2"), Some("300"), Some("86400")] {
+        let header = ra.map(|v| format!("retry-after: {v}"));
+        let mut params = vec![("status", "503")];
+        if let Some(h) = &header {
+            params.push(("header", h.as_str()));
+        }
+        got.push(assert_clean_rejection(
+            &fetch(&c, &envoy, &params).await,
+            503,
+        ));
+    }
+    // A browser (class range 1..60): none -> shedding.retry_after.min_s, 2 -> raised to 15,
+    // 300 kept, a day cut at rewrite.max_retry_after_s.
+    assert_eq!(got, [15, 15, 300, 3600]);
+    // A 429 keeps the class range: a browser's 300 is cut to 60.
+    let r = fetch(
+        &c,
+        &envoy,
+        &[("status", "429"), ("header", "retry-after: 300")],
+    )
+    .await;
+    assert_eq!(assert_clean_rejection(&r, 429), 60);
+    envoy
+        .assert_nonzero_counters(
+            "crawlguard.rewrite.",
+            &[
+                ("status_503", 4),
+                ("status_429", 1),
+                ("retry_after_added", 1),
+                ("body_replaced", 5),
+            ],
+        )
+        .await;
+}
+
+#[tokio::test]
+async fn envoy_own_503_gets_the_shedding_retry_after() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let envoy = Envoy::start(
+        EnvoyOpts::with_config(json!({
+            "shedding": {"retry_after": {"min_s": 20, "max_s": 90, "jitter_s": 0}}
+        }))
+        .upstream(dead, UpstreamProtocol::Http1),
+    )
+    .await;
+    let r = get(&client(ip(44)), &envoy.url("/"), UA_CURL, &[]).await;
+    // script's own range would be 1..300 + 0..=10; a 503 gets shedding's min_s exactly.
+    assert_eq!(assert_clean_rejection(&r, 503), 20);
 }

@@ -61,8 +61,8 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     compile_store(&raw.store)?;
     compile_verifier(&raw.verifier)?;
     compile_fleet(&raw.fleet)?;
-    compile_rewrite(&raw.rewrite)?;
     let shedding = compile_shedding(&raw.shedding, &raw.routes, raw.mode)?;
+    compile_rewrite(&raw.rewrite, &shedding.retry_after)?;
     let degraded = match &raw.degraded {
         None => None,
         Some(h) => Some(header_name("degraded", h)?),
@@ -515,12 +515,22 @@ fn compile_verifier(v: &VerifierConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// `rewrite`: statuses in 400..=599.
-fn compile_rewrite(rewrite: &RewriteConfig) -> Result<(), ConfigError> {
+/// `rewrite`: statuses in 400..=599; a 503's longest kept Retry-After in
+/// `shedding.retry_after.max_s` (`shed`)..=86400.
+fn compile_rewrite(rewrite: &RewriteConfig, shed: &RetryAfter) -> Result<(), ConfigError> {
     for (i, s) in rewrite.statuses.iter().enumerate() {
         if !(400..=599).contains(s) {
             return Err(err(format!("rewrite.statuses[{i}]"), "must be 400..=599"));
         }
+    }
+    if !(shed.max_s..=86_400).contains(&rewrite.max_retry_after_s) {
+        return Err(err(
+            "rewrite.max_retry_after_s",
+            format!(
+                "must be in shedding.retry_after.max_s..=86400 (shedding.retry_after.max_s is {})",
+                shed.max_s
+            ),
+        ));
     }
     Ok(())
 }

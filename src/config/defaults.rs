@@ -171,6 +171,7 @@ impl Default for RewriteConfig {
         RewriteConfig {
             enabled: true,
             statuses: vec![429, 503],
+            max_retry_after_s: 3_600,
         }
     }
 }

@@ -306,6 +306,11 @@ pub struct RewriteConfig {
     pub enabled: bool,
     /// Upstream statuses normalised (400..=599; default 429 and 503; 502/504 optional).
     pub statuses: Vec<u16>,
+    /// Longest Retry-After a normalised 503 keeps from the upstream, s
+    /// (`shedding.retry_after.max_s`..=86400; default 3600): a 503 is the site's load, so its
+    /// Retry-After is the upstream's clamped to `[shedding.retry_after.min_s, this]`, or,
+    /// when missing or invalid, the shedding one.
+    pub max_retry_after_s: u32,
 }
 
 /// Thresholds that make a route's origin unhealthy (`shedding` or a route override).
