@@ -18,20 +18,31 @@ fn a_failing_stage_does_not_stop_the_next_and_the_summary_says_so() {
     )
     .expect("write fake cargo");
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/test-stages.sh"))
-        .env("CARGO", &fake)
-        .env("TEST_STAGES", "host envoy")
-        .output()
-        .expect("run scripts/test-stages.sh");
+    let out = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/test-stages.sh"
+    ))
+    .env("CARGO", &fake)
+    .env("TEST_STAGES", "host envoy")
+    .output()
+    .expect("run scripts/test-stages.sh");
     let _ = std::fs::remove_dir_all(&dir);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("host-ran\n"), "{stdout}");
-    assert!(stdout.contains("envoy-ran\n"), "the envoy stage did not run: {stdout}");
-    let tail: Vec<&str> = stdout.lines().rev().take(3).collect();
-    assert_eq!(tail.first().copied(), Some("1 passed, 1 failed"), "{stdout}");
     assert!(
-        tail.get(1).is_some_and(|l| l.starts_with("stage envoy    passed")),
+        stdout.contains("envoy-ran\n"),
+        "the envoy stage did not run: {stdout}"
+    );
+    let tail: Vec<&str> = stdout.lines().rev().take(3).collect();
+    assert_eq!(
+        tail.first().copied(),
+        Some("1 passed, 1 failed"),
+        "{stdout}"
+    );
+    assert!(
+        tail.get(1)
+            .is_some_and(|l| l.starts_with("stage envoy    passed")),
         "{stdout}"
     );
     assert!(

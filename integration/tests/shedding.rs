@@ -232,10 +232,7 @@ async fn an_origin_answering_5xx_sheds_too_and_both_workers_see_one_level() {
         let log = envoy.log();
         let mut threads: Vec<(String, String)> = Vec::new();
         for line in log.lines().filter(|l| l.contains(APPLIES)) {
-            let level_ok = line
-                .rsplit(APPLIES)
-                .next()
-                .is_some_and(|l| l.trim() != "0");
+            let level_ok = line.rsplit(APPLIES).next().is_some_and(|l| l.trim() != "0");
             if let (true, Some((thread, time))) = (level_ok, thread_and_time(line)) {
                 if !threads.iter().any(|(t, _)| t == thread) {
                     threads.push((thread.to_string(), time.to_string()));
@@ -245,7 +242,12 @@ async fn an_origin_answering_5xx_sheds_too_and_both_workers_see_one_level() {
         (threads.len() >= vms).then_some(threads)
     })
     .await
-    .unwrap_or_else(|| panic!("not every VM applied the level within 10 s:\n{}", envoy.log()));
+    .unwrap_or_else(|| {
+        panic!(
+            "not every VM applied the level within 10 s:\n{}",
+            envoy.log()
+        )
+    });
     eprintln!("each VM's first shedding line (thread, time): {applied:?}");
     // Ten GPTBot requests on ten connections (spread over both workers): all shed.
     let mut tasks = Vec::new();
