@@ -54,11 +54,12 @@ Try, from another terminal:
   curl -s 'http://127.0.0.1:9901/stats?filter=wasmcustom.crawlguard'
 
   # only 429s? 127.0.0.1 is serving a penalty (Envoy's access log shows retry_after=...):
-  # wait 30 s (60 s for the Googlebot claim), send from another loopback address
+  # wait the Retry-After of the last 429 (at most 26 s for curl, 240 s for the Googlebot
+  # claim), send from another loopback address
   # (curl --interface 127.0.0.2 ...), or restart make run (state lives in Envoy's memory)
 
 MSG
-.venv/bin/envoy -c "$DEMO_YAML" --concurrency "${ENVOY_CONCURRENCY:-2}" \
+.venv/bin/envoy -c "$DEMO_YAML" --use-dynamic-base-id --concurrency "${ENVOY_CONCURRENCY:-2}" \
     --log-level warn --component-log-level wasm:debug &
 ENVOY_PID=$!
 trap 'kill "$ENVOY_PID" "$VERIFIER_PID" 2>/dev/null || true' EXIT INT TERM

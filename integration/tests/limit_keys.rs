@@ -15,7 +15,7 @@ const EDGE: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36
 async fn a_user_agent_key_is_one_bucket_per_whole_user_agent_across_addresses() {
     let envoy = Envoy::start(EnvoyOpts::with_config(json!({
         "verifier": {"enabled": false},
-        "limits": [{"name": "per_ua", "class": "*", "route": "*", "rate_per_s": NO_REFILL_PER_S,
+        "limits": [{"name": "per_ua", "class": "human", "route": "*", "rate_per_s": NO_REFILL_PER_S,
                     "burst": 3, "key": "header:user-agent"}]
     })))
     .await;

@@ -279,6 +279,15 @@ fn compile_routes(routes: &[Route]) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Why `header:user-agent` needs a class: anyone can send a crawler's exact User-Agent, so
+/// with `class: "*"` spoofed claims would spend, and escalate, the bucket that the verified
+/// crawler with that User-Agent uses (a limit of one class keeps them apart: spoofed claims
+/// are class `spoofed`).
+pub const USER_AGENT_KEY_NEEDS_A_CLASS: &str = "\"header:user-agent\" needs a class, not \"*\": \
+     anyone can send a crawler's exact User-Agent, so spoofed claims would spend (and \
+     escalate) the bucket of the verified crawler that sends it; give each per-User-Agent \
+     limit one class";
+
 /// `limits`: unique names, known class and route, a rate and burst that fit (refill within
 /// [`MAX_REFILL_S`]), a valid key (a header key not refused, see `headers::KEY_REFUSED`,
 /// and not `class_header`).
@@ -357,7 +366,13 @@ fn compile_limits(
             "client_ip" => KeyKind::ClientIp,
             "global" => KeyKind::Global,
             k => match k.strip_prefix("header:") {
-                Some(h) => KeyKind::Header(key_header_name(&format!("{p}.key"), h, class_header)?),
+                Some(h) => {
+                    let name = key_header_name(&format!("{p}.key"), h, class_header)?;
+                    if name == "user-agent" && class.is_none() {
+                        return Err(err(format!("{p}.key"), USER_AGENT_KEY_NEEDS_A_CLASS));
+                    }
+                    KeyKind::Header(name)
+                }
                 None => {
                     return Err(err(
                         format!("{p}.key"),

@@ -521,9 +521,25 @@ fn shipped_examples_keep_every_class_limited() {
 
 #[test]
 fn a_limit_may_be_keyed_by_user_agent_but_not_by_unsafe_headers() {
-    let c = parse(one_limit(r#""client_ip""#, r#""header:User-Agent""#).as_bytes())
-        .expect("user-agent is a key");
+    let per_ua = one_limit(r#""client_ip""#, r#""header:User-Agent""#);
+    let c = parse(
+        per_ua
+            .replace(r#""class":"*""#, r#""class":"human""#)
+            .as_bytes(),
+    )
+    .expect("user-agent is a key");
     assert_eq!(c.limits[0].key, KeyKind::Header("user-agent".into()));
+    // With class "*" a spoofer's requests would share (and escalate) the verified crawler's
+    // bucket of the same User-Agent.
+    assert_eq!(
+        parse(per_ua.as_bytes())
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Err(format!(
+            "limits[0].key: {}",
+            super::compile::USER_AGENT_KEY_NEEDS_A_CLASS
+        ))
+    );
     let c = parse(one_limit(r#""client_ip""#, r#""header:authorization""#).as_bytes())
         .expect("authorization is a key");
     assert_eq!(c.limits[0].key, KeyKind::Header("authorization".into()));
