@@ -108,6 +108,22 @@ fn check_errors(cases: &[(String, Want)]) {
 const L: &str =
     r#"{"name":"a","class":"*","route":"*","rate_per_s":1,"burst":1,"key":"client_ip"}"#;
 
+/// Parses each `(document, expected error text or "<accepted>")` and panics once, listing
+/// every document whose outcome differs.
+fn assert_parse_outcomes(cases: &[(String, String)]) {
+    let mut failures = Vec::new();
+    for (doc, want) in cases {
+        let got = match parse(doc.as_bytes()) {
+            Ok(_) => "<accepted>".to_string(),
+            Err(e) => e.to_string(),
+        };
+        if got != *want {
+            failures.push(format!("{doc}\n   want: {want}\n    got: {got}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// A document with one limit: `L` with `from` replaced by `to`.
 fn one_limit(from: &str, to: &str) -> String {
     format!(r#"{{"limits":[{}]}}"#, L.replace(from, to))
@@ -581,17 +597,7 @@ fn a_limit_may_be_keyed_by_user_agent_but_not_by_unsafe_headers() {
         L.replace(r#""client_ip""#, r#""header:x-class""#)
     );
     cases.push((custom, refused("x-class", class)));
-    let mut failures = Vec::new();
-    for (doc, want) in &cases {
-        let got = match parse(doc.as_bytes()) {
-            Ok(_) => "<accepted>".to_string(),
-            Err(e) => e.to_string(),
-        };
-        if got != *want {
-            failures.push(format!("{doc}\n   want: {want}\n    got: {got}"));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_parse_outcomes(&cases);
     // Every refused name has its reason in the README's limits[].key row.
     let readme = include_str!("../../README.md");
     for (name, _) in KEY_REFUSED {
@@ -700,17 +706,7 @@ fn headers_crawlguard_must_not_take_over_are_refused() {
                 .to_string(),
         ),
     ];
-    let mut failures = Vec::new();
-    for (doc, want) in &cases {
-        let got = match parse(doc.as_bytes()) {
-            Ok(_) => "<accepted>".to_string(),
-            Err(e) => e.to_string(),
-        };
-        if got != *want {
-            failures.push(format!("{doc}\n   want: {want}\n    got: {got}"));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_parse_outcomes(&cases);
     let c = parse(br#"{"class_header":"X-Bot-Class"}"#).expect("an own header is fine");
     assert_eq!(c.class_header, "x-bot-class");
     parse(cost("x-crawlguard-cost").as_bytes()).expect("an own cost header is fine");
