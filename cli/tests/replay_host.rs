@@ -120,7 +120,7 @@ fn agree_with(json: &str, change: impl Fn(&mut Config)) -> (u64, u64, u64) {
 
 #[test]
 fn embedded_default() {
-    assert_eq!(agree(""), (9_999, 325, 0));
+    assert_eq!(agree(""), (9_999, 337, 0));
 }
 
 #[test]
@@ -130,7 +130,7 @@ fn shadow_mode_and_a_shadow_limit() {
         {"name":"per_ip","class":"*","route":"*","rate_per_s":1,"burst":20,"key":"client_ip"},
         {"name":"trial","class":"*","route":"*","rate_per_s":0.5,"burst":10,"key":"client_ip","mode":"shadow"}
     ]}"#;
-    assert_eq!(agree(mixed), (9_999, 768, 783));
+    assert_eq!(agree(mixed), (9_999, 787, 779));
 }
 
 #[test]
@@ -139,7 +139,7 @@ fn cost_limits_settle_at_the_reservation() {
         {"name":"items","class":"*","route":"*","rate_per_s":5,"burst":60,"key":"client_ip",
          "cost":{"reserve":3,"from_response_header":"x-crawlguard-cost"}}
     ]}"#;
-    assert_eq!(agree(costs), (9_999, 733, 0));
+    assert_eq!(agree(costs), (9_999, 752, 0));
 }
 
 #[test]
@@ -149,6 +149,6 @@ fn fleet_mode_off_in_the_replay_decides_like_a_replica_that_never_synced() {
     let fleet = r#"{"fleet":{"enabled":true}}"#;
     assert_eq!(
         agree_with(fleet, |c| c.fleet.enabled = false),
-        (9_999, 325, 0)
+        (9_999, 337, 0)
     );
 }
