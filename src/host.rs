@@ -22,7 +22,7 @@ pub struct HostError(pub u32);
 
 /// A callout to the sidecar: `<method> <path>` to `cluster` with `:authority` (and, with a
 /// body, `content-type: application/json`), answered within `timeout_ms`. The verifier's is
-/// a `GET` (DESIGN.md, "Verifier contract"); a fleet sync is a `POST` with a JSON body
+/// a `GET` (`sidecar/README.md`, "API"); a fleet sync is a `POST` with a JSON body
 /// (`crawlguard_contract::fleet`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Callout<'a> {

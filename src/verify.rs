@@ -1,7 +1,7 @@
 //! The verifier contract, filter side: parsing an answer and what a verdict means for a
 //! request's class. The wire types (`GET /v1/verify?ip=<ip>&bot=<bot id>`, the JSON
 //! [`Answer`](crawlguard_contract::verify::Answer), [`Verdict`]) are the contract crate's,
-//! shared with the sidecar (DESIGN.md "Verifier contract"). The cache and the callout
+//! shared with the sidecar (`contract/src/verify.rs`; the HTTP API in `sidecar/README.md`). The cache and the callout
 //! orchestration live in `verdict_cache.rs` and `verification.rs`.
 
 use crate::class::Class;

@@ -2,7 +2,7 @@
 //! one place so they cannot drift apart.
 //!
 //! - [`verify`]: the verifier contract, `GET /v1/verify?ip=<ip>&bot=<bot id>` and its 200 JSON
-//!   [`verify::Answer`] (DESIGN.md "Verifier contract").
+//!   [`verify::Answer`] (the HTTP API: `sidecar/README.md`).
 //! - [`fleet`]: the fleet-sync contract, `POST /v1/fleet/sync` (bucket consumption in,
 //!   fleet-wide bucket state out).
 //! - [`bot_id`]: what a bot id may look like.
