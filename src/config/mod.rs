@@ -16,6 +16,7 @@ mod compile;
 mod defaults;
 mod error;
 mod headers;
+mod limits;
 mod raw;
 mod warnings;
 

@@ -553,7 +553,7 @@ fn a_limit_may_be_keyed_by_user_agent_but_not_by_unsafe_headers() {
             .map_err(|e| e.to_string()),
         Err(format!(
             "limits[0].key: {}",
-            super::compile::USER_AGENT_KEY_NEEDS_A_CLASS
+            super::limits::USER_AGENT_KEY_NEEDS_A_CLASS
         ))
     );
     let c = parse(one_limit(r#""client_ip""#, r#""header:authorization""#).as_bytes())
