@@ -307,3 +307,17 @@ fn the_code_map_lists_every_filter_module() {
         "modules missing from README's Code map: {missing:?}"
     );
 }
+
+/// The README's list of cloud-customer reverse zones is the one the catalog and the sidecar
+/// refuse (`contract/src/cloud_zones.rs`), in the same order.
+#[test]
+fn readme_lists_the_refused_cloud_customer_zones() {
+    let text = readme();
+    let zones: Vec<&str> = crawlguard_contract::cloud_zones::CLOUD_CUSTOMER_REVERSE_ZONES
+        .iter()
+        .map(|z| z.zone)
+        .collect();
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let listed = format!("cloud-customer reverse zone ({};", zones.join(", "));
+    assert!(flat.contains(&listed), "README should say: {listed}");
+}

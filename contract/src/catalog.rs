@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
 use crate::bot_id::is_valid_bot_id;
+use crate::cloud_zones::cloud_customer_zone;
 
 /// The catalog data file, as embedded at build time.
 pub const BOTS_JSON: &str = include_str!("../catalog/bots.json");
@@ -236,7 +237,8 @@ impl Catalog {
     ///   bytes, and no token appears twice in the catalog (a second one could never match);
     /// - a crawler class only with `verify: true` (anyone can copy a User-Agent);
     /// - `fcrdns_domains` and `range_urls` only with `verify: true`; domains are lowercase
-    ///   host names, range URLs plain `https://` addresses;
+    ///   host names, never in or above a cloud-customer reverse zone
+    ///   ([`crate::cloud_zones`]), range URLs plain `https://` addresses;
     /// - the human rule: every list non-empty, tokens lowercase, not blank, at most
     ///   [`MAX_TOKEN_LEN`] bytes and unique within their list; the non-browser id a valid bot
     ///   id no bot has; the non-browser class `other_bot` or `script`;
@@ -284,6 +286,19 @@ impl Catalog {
                 return err(
                     "fcrdns_domains",
                     format!("{d:?} is not a lowercase host name"),
+                );
+            }
+            if let Some((d, z)) = b
+                .fcrdns_domains
+                .iter()
+                .find_map(|d| cloud_customer_zone(d).map(|z| (d, z)))
+            {
+                return err(
+                    "fcrdns_domains",
+                    format!(
+                        "{d:?} is no proof: anyone can rent a machine under {} ({})",
+                        z.zone, z.provider
+                    ),
                 );
             }
             if let Some(u) = b.range_urls.iter().find(|u| !is_range_url(u)) {
@@ -633,6 +648,24 @@ mod tests {
     }
 
     #[test]
+    fn no_builtin_verification_domain_is_a_cloud_customer_zone() {
+        // Checked apart from `validate`, so the data file fails here even if the rule were
+        // dropped from it: a domain anyone can rent a machine under is never proof.
+        let c = builtin();
+        let cloud: Vec<String> = c
+            .bots
+            .iter()
+            .flat_map(|b| b.fcrdns_domains.iter().map(move |d| (b, d)))
+            .filter_map(|(b, d)| {
+                cloud_customer_zone(d).map(|z| format!("{}: {d} ({})", b.id, z.zone))
+            })
+            .collect();
+        assert_eq!(cloud, Vec::<String>::new());
+        let domains: usize = c.bots.iter().map(|b| b.fcrdns_domains.len()).sum();
+        assert_eq!(domains, 44, "domains checked");
+    }
+
+    #[test]
     fn key_bots_have_their_documented_methods() {
         let c = builtin();
         let g = bot(&c, "googlebot");
@@ -640,9 +673,33 @@ mod tests {
             (g.class, g.verify, g.ua_contains.clone()),
             (BotClass::SearchCrawler, true, vec!["googlebot".to_string()])
         );
+        // Google's three groups, as its crawler lists document their reverse names: common
+        // crawlers googlebot.com, special-case crawlers and fetchers google.com; never
+        // googleusercontent.com, the reverse zone of every Google Cloud VM.
+        let google: Vec<&Bot> = c
+            .bots
+            .iter()
+            .filter(|b| b.source.starts_with("google-"))
+            .collect();
+        assert_eq!(google.len(), 18);
+        for b in google {
+            let want: &[&str] = match b.source.as_str() {
+                "google-common-crawlers" => &["googlebot.com"],
+                "google-special-case-crawlers" | "google-user-triggered-fetchers" => {
+                    &["google.com"]
+                }
+                other => panic!("{}: unexpected source {other}", b.id),
+            };
+            assert_eq!(b.fcrdns_domains, want, "{}", b.id);
+        }
+        assert_eq!(g.source, "google-common-crawlers");
         assert_eq!(
-            g.fcrdns_domains,
-            ["googlebot.com", "google.com", "googleusercontent.com"]
+            bot(&c, "adsbot-google").source,
+            "google-special-case-crawlers"
+        );
+        assert_eq!(
+            bot(&c, "feedfetcher-google").source,
+            "google-user-triggered-fetchers"
         );
         const G: &str = "https://developers.google.com/static/crawling/ipranges/";
         assert_eq!(g.range_urls, [format!("{G}common-crawlers.json")]);
@@ -690,7 +747,7 @@ mod tests {
         );
         assert_eq!(
             c.source_of(g).map(|s| s.url.as_str()),
-            Some("https://developers.google.com/search/docs/crawling-indexing/verifying-googlebot")
+            Some("https://developers.google.com/crawling/docs/crawlers-fetchers/google-common-crawlers")
         );
         let m = bot(&c, "mojeekbot");
         assert_eq!((m.class, m.verify), (BotClass::OtherBot, false));
@@ -782,6 +839,18 @@ mod tests {
             refused(&verified(r#","fcrdns_domains":["X.example"]"#)),
             "bots[0] (x).fcrdns_domains: \"X.example\" is not a lowercase host name"
         );
+        assert_eq!(
+            refused(&verified(
+                r#","fcrdns_domains":["x.example","googleusercontent.com"]"#
+            )),
+            "bots[0] (x).fcrdns_domains: \"googleusercontent.com\" is no proof: anyone can \
+             rent a machine under googleusercontent.com (Google Cloud (Compute Engine VMs: \
+             <ip>.bc.googleusercontent.com; App Engine: *.gae.googleusercontent.com))"
+        );
+        assert!(refused(&verified(
+            r#","fcrdns_domains":["compute-1.amazonaws.com"]"#
+        ))
+        .contains("anyone can rent a machine under amazonaws.com"));
         assert_eq!(
             refused(&verified(r#","range_urls":["http://x.example/x.json"]"#)),
             "bots[0] (x).range_urls: \"http://x.example/x.json\" is not a plain https:// URL"

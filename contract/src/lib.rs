@@ -6,6 +6,7 @@
 //! - [`fleet`]: the fleet-sync contract, `POST /v1/fleet/sync` (bucket consumption in,
 //!   fleet-wide bucket state out).
 //! - [`bot_id`]: what a bot id may look like.
+//! - [`cloud_zones`]: reverse-DNS zones anyone can rent a machine under, never FCrDNS proof.
 //! - [`catalog`]: the built-in bot catalog, a data file (`catalog/bots.json`) embedded at build
 //!   time: User-Agent tokens and class for the filter, FCrDNS domains and range-file names for
 //!   the sidecar, the vendor's documentation for people.
@@ -15,5 +16,6 @@
 
 pub mod bot_id;
 pub mod catalog;
+pub mod cloud_zones;
 pub mod fleet;
 pub mod verify;

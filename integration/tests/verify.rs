@@ -30,8 +30,11 @@ const UA_GPTBOT: &str = "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; comp
 
 /// PTR `host-2.example.net`: not Google's.
 const NOT_GOOGLE_PTR: &str = "192.0.2.2";
-/// Four PTR names; only `crawl-3.google.com` resolves back to it.
+/// Four PTR names; only `crawl-3.googlebot.com` resolves back to it.
 const SEVERAL_PTRS: &str = "192.0.2.3";
+/// PTR `6.2.0.192.bc.googleusercontent.com`, forward-confirmed: the default reverse name of
+/// any Google Cloud VM, which anyone can rent.
+const GOOGLE_CLOUD_VM: &str = "192.0.2.6";
 /// PTR `liar.googlebot.com`, whose A record is another address.
 const FORWARD_MISMATCH: &str = "192.0.2.5";
 /// PTR `crawl-v6.googlebot.com`, whose AAAA record is this address.
@@ -56,8 +59,9 @@ fn records() -> Vec<Record> {
         Record::ptr(SEVERAL_PTRS, "other.example.net"),
         Record::ptr(SEVERAL_PTRS, "crawl.evilgooglebot.com"),
         Record::ptr(SEVERAL_PTRS, "liar.googlebot.com"),
-        Record::ptr(SEVERAL_PTRS, "crawl-3.google.com"),
-        Record::forward("crawl-3.google.com", SEVERAL_PTRS),
+        Record::ptr(SEVERAL_PTRS, "crawl-3.googlebot.com"),
+        Record::forward("crawl-3.googlebot.com", SEVERAL_PTRS),
+        Record::host("6.2.0.192.bc.googleusercontent.com", GOOGLE_CLOUD_VM),
         Record::ptr(FORWARD_MISMATCH, "liar.googlebot.com"),
         Record::forward("liar.googlebot.com", "198.51.100.99"),
         Record::host("crawl-v6.googlebot.com", GOOGLEBOT_V6),
@@ -164,6 +168,11 @@ async fn assert_spoofed_googlebot(claimed: &str) {
 #[tokio::test]
 async fn googlebot_ua_from_a_non_google_ptr_is_spoofed() {
     assert_spoofed_googlebot(NOT_GOOGLE_PTR).await;
+}
+
+#[tokio::test]
+async fn googlebot_ua_from_a_google_cloud_vm_is_spoofed() {
+    assert_spoofed_googlebot(GOOGLE_CLOUD_VM).await;
 }
 
 #[tokio::test]

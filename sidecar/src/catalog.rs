@@ -106,10 +106,9 @@ mod tests {
 
     #[test]
     fn domains_of_key_bots() {
-        assert_eq!(
-            domains("googlebot"),
-            ["googlebot.com", "google.com", "googleusercontent.com"]
-        );
+        assert_eq!(domains("googlebot"), ["googlebot.com"]);
+        assert_eq!(domains("adsbot-google"), ["google.com"]);
+        assert_eq!(domains("feedfetcher-google"), ["google.com"]);
         assert_eq!(domains("bingbot"), ["search.msn.com"]);
         assert_eq!(domains("baiduspider"), ["baidu.com", "baidu.jp"]);
         assert_eq!(

@@ -14,6 +14,7 @@ use crate::catalog::builtin_bots;
 use crate::domain::{is_valid_domain, normalize_name};
 use crate::ranges::RangeSource;
 use crawlguard_contract::bot_id::is_valid_bot_id;
+use crawlguard_contract::cloud_zones::cloud_customer_zone;
 
 /// The whole configuration document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -380,6 +381,13 @@ impl Config {
                 if !is_valid_domain(d) {
                     return err(format!("bots[{i}].domains[{j}]: invalid domain {d:?}"));
                 }
+                if let Some(z) = cloud_customer_zone(&normalize_name(d)) {
+                    return err(format!(
+                        "bots[{i}].domains[{j}]: {d:?} is no proof: anyone can rent a machine \
+                         under {} ({})",
+                        z.zone, z.provider
+                    ));
+                }
             }
             for (j, r) in bot.ranges.iter().flatten().enumerate() {
                 match RangeSource::parse(r) {
@@ -519,6 +527,24 @@ mod tests {
             .unwrap_err()
             .0
             .starts_with("bots[0].domains[0]"));
+        // A cloud provider's customer zone, or a parent of one, would verify rented VMs.
+        for (domains, zone) in [
+            (
+                "['googlebot.com', 'bc.googleusercontent.com']",
+                "googleusercontent.com",
+            ),
+            ("['Compute-1.AmazonAWS.com.']", "amazonaws.com"),
+            ("['com']", "googleusercontent.com"),
+        ] {
+            let c = Config::from_toml(&format!("[[bots]]\nid='googlebot'\ndomains={domains}\n"))
+                .unwrap();
+            let e = c.validate().unwrap_err().0;
+            assert!(e.starts_with("bots[0].domains["), "{e}");
+            assert!(
+                e.contains(&format!("anyone can rent a machine under {zone}")),
+                "{e}"
+            );
+        }
         let c = Config::from_toml("[ttl]\nunknown_s=0\n").unwrap();
         assert!(c.validate().unwrap_err().0.starts_with("ttl.unknown_s"));
     }
@@ -568,11 +594,7 @@ mod tests {
         assert_eq!(
             cat["googlebot"],
             BotMethods {
-                domains: vec![
-                    "googlebot.com".into(),
-                    "google.com".into(),
-                    "googleusercontent.com".into()
-                ],
+                domains: vec!["googlebot.com".into()],
                 ranges: vec![
                     RangeSource::File(PathBuf::from("/r/googlebot.json")),
                     RangeSource::Url("https://mirror.example/g.json".into())

@@ -103,12 +103,18 @@ fn records() -> Vec<String> {
         "--host-record=crawl-66-249-66-1.googlebot.com,192.0.2.1",
         // PTR outside Google's domains.
         "--ptr-record=2.2.0.192.in-addr.arpa,host-2.example.net",
-        // Several PTR names; only crawl-3.google.com confirms.
+        // Several PTR names; only crawl-3.googlebot.com confirms.
         "--ptr-record=3.2.0.192.in-addr.arpa,other.example.net",
         "--ptr-record=3.2.0.192.in-addr.arpa,crawl.evilgooglebot.com",
         "--ptr-record=3.2.0.192.in-addr.arpa,liar.googlebot.com",
-        "--ptr-record=3.2.0.192.in-addr.arpa,crawl-3.google.com",
-        "--address=/crawl-3.google.com/192.0.2.3",
+        "--ptr-record=3.2.0.192.in-addr.arpa,crawl-3.googlebot.com",
+        "--address=/crawl-3.googlebot.com/192.0.2.3",
+        // A Google Cloud VM's default name and an App Engine name, both forward-confirmed:
+        // anyone can rent these.
+        "--host-record=7.2.0.192.bc.googleusercontent.com,192.0.2.7",
+        "--host-record=app-8.gae.googleusercontent.com,192.0.2.8",
+        // A special-case crawler's name (google.com), documented for AdsBot, not Googlebot.
+        "--host-record=rate-limited-proxy-192-0-2-9.google.com,192.0.2.9",
         // PTR in googlebot.com whose forward lookup returns another address.
         "--ptr-record=5.2.0.192.in-addr.arpa,liar.googlebot.com",
         "--address=/liar.googlebot.com/198.51.100.99",
@@ -347,7 +353,33 @@ async fn fcrdns_verdicts_against_dnsmasq() {
             "googlebot",
             "verified",
             "fcrdns",
-            "crawl-3.google.com",
+            "crawl-3.googlebot.com",
+            86400
+        )
+    );
+    // Google Cloud VM and App Engine names verify no Google crawler or fetcher.
+    for (ip, bot) in [
+        ("192.0.2.7", "googlebot"),
+        ("192.0.2.7", "feedfetcher-google"),
+        ("192.0.2.8", "googlebot"),
+        ("192.0.2.8", "feedfetcher-google"),
+        ("192.0.2.9", "googlebot"),
+    ] {
+        assert_eq!(
+            sc.verify(ip, bot).await,
+            answer(ip, bot, "spoofed", "fcrdns", "", 3600),
+            "{ip} as {bot}"
+        );
+    }
+    // The same google.com name is AdsBot's documented reverse name.
+    assert_eq!(
+        sc.verify("192.0.2.9", "adsbot-google").await,
+        answer(
+            "192.0.2.9",
+            "adsbot-google",
+            "verified",
+            "fcrdns",
+            "rate-limited-proxy-192-0-2-9.google.com",
             86400
         )
     );
@@ -401,7 +433,8 @@ async fn fcrdns_verdicts_against_dnsmasq() {
     );
     assert_eq!(
         sc.metric("crawlguard_sidecar_verdicts_total{bot=\"googlebot\",method=\"fcrdns\",verdict=\"spoofed\"}").await,
-        3.0
+        // 192.0.2.2, .5 and .200, and the cloud and special-case names .7, .8, .9
+        6.0
     );
     assert_eq!(
         sc.metric("crawlguard_sidecar_verdicts_total{bot=\"unlisted\",method=\"none\",verdict=\"unknown\"}").await,
