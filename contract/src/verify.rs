@@ -6,6 +6,14 @@
 //! claim the sidecar could not check now (DNS timeout, SERVFAIL, no nameserver) gets `503`,
 //! not a verdict. Anything but a well-formed 200 is a verifier error; what the filter does
 //! about it is its own policy, not part of the contract.
+//!
+//! Compatibility rule, so that a newer sidecar never unverifies crawlers on an older filter
+//! (or the other way round): a reader ignores fields it does not know, reads a missing
+//! `method` as `none` and a missing `host` as `""`, and carries a `method` value it does not
+//! know as [`Method::Other`] (the method is information; the verdict decides). `verdict`
+//! keeps exactly its three values: what a new kind of answer needs goes into a new field,
+//! never into a new verdict value, which a reader refuses (a verifier error, never a
+//! verdict).
 
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
@@ -64,18 +72,22 @@ pub enum Method {
     /// No method applied (unlisted bot, or a bot without a usable method).
     #[default]
     None,
+    /// A method this reader does not know (a newer sidecar's): read, never sent.
+    #[serde(other)]
+    Other,
 }
 
 impl Method {
-    /// Every method.
+    /// Every method a sidecar of this version sends (not [`Method::Other`]).
     pub const ALL: [Method; 3] = [Method::Fcrdns, Method::IpRange, Method::None];
 
-    /// The wire spelling, also used in metric labels.
+    /// The wire spelling, also used in metric labels (`other` for [`Method::Other`]).
     pub fn as_str(self) -> &'static str {
         match self {
             Method::Fcrdns => "fcrdns",
             Method::IpRange => "ip_range",
             Method::None => "none",
+            Method::Other => "other",
         }
     }
 }
@@ -208,13 +220,29 @@ mod tests {
     }
 
     #[test]
+    fn a_newer_sidecars_method_is_carried_as_other_and_its_verdict_still_counts() {
+        let a = Answer::from_json(
+            br#"{"ip":"1.2.3.4","bot":"x","verdict":"verified","method":"web_bot_auth","ttl_s":1}"#,
+        );
+        assert_eq!(
+            a.map(|a| (a.verdict, a.method)),
+            Ok((Verdict::Verified, Method::Other))
+        );
+        // A new verdict value is no verdict: refused, a verifier error for the reader.
+        assert!(
+            Answer::from_json(br#"{"ip":"1.2.3.4","bot":"x","verdict":"revoked","ttl_s":1}"#)
+                .is_err()
+        );
+        assert_eq!(Method::Other.as_str(), "other");
+    }
+
+    #[test]
     fn malformed_answers_do_not_parse() {
         for body in [
             &b""[..],
             b"{}",
             br#"{"ip":"1.2.3.4","bot":"x","verdict":"maybe","ttl_s":1}"#,
             br#"{"ip":"1.2.3.4","bot":"x","verdict":"verified","ttl_s":-1}"#,
-            br#"{"ip":"1.2.3.4","bot":"x","verdict":"verified","method":"dns","ttl_s":1}"#,
             br#"{"ip":"1.2.3.4","verdict":"verified","ttl_s":1}"#,
             b"\xff\xfe",
         ] {

@@ -41,6 +41,9 @@ pub struct FakeVerdict {
     pub bot: String,
     /// `verified`, `spoofed` or `unknown`.
     pub verdict: String,
+    /// The `method` to send instead of the usual one: a value a newer sidecar might send
+    /// (`None`: `fcrdns`, or `none` for `unknown`).
+    pub method: Option<String>,
 }
 
 impl FakeVerdict {
@@ -68,15 +71,28 @@ impl FakeVerdict {
         } else {
             Method::Fcrdns
         };
-        Answer {
+        let answer = Answer {
             ip: self.ip.clone(),
             bot: self.bot.clone(),
             verdict,
             method,
             host,
             ttl_s: 3600,
+        };
+        match &self.method {
+            None => answer.to_json(),
+            Some(m) => {
+                let mut v = serde_json::to_value(&answer).unwrap_or_default();
+                v["method"] = serde_json::Value::String(m.clone());
+                v.to_string()
+            }
         }
-        .to_json()
+    }
+
+    /// The same answer with `method` spelled `method` (e.g. one this filter does not know).
+    pub fn with_method(mut self, method: &str) -> Self {
+        self.method = Some(method.to_string());
+        self
     }
 }
 
@@ -86,6 +102,7 @@ impl<I: ToString, B: Into<String>, V: Into<String>> From<(I, B, V)> for FakeVerd
             ip: ip.to_string(),
             bot: bot.into(),
             verdict: verdict.into(),
+            method: None,
         }
     }
 }

@@ -1575,3 +1575,36 @@ async fn duplicate_key_header_lines_cannot_escape_the_key_limit() {
          `x-api-key: real-key` were forwarded; the upstream received x-api-key {forwarded:?}"
     );
 }
+
+/// A newer sidecar may send a `method` this filter does not know: the contract carries it as
+/// `other` and the verdict still counts, so no verified crawler is unverified by the skew.
+#[tokio::test]
+async fn a_method_from_a_newer_sidecar_keeps_the_crawler_verified() {
+    let up = TestUpstream::start().await;
+    let envoy = Envoy::start(
+        EnvoyOpts::with_config(json!({}))
+            .in_front_of(&up)
+            .fake_verifier(vec![
+                FakeVerdict::from(("127.0.0.51", "googlebot", "verified"))
+                    .with_method("web_bot_auth"),
+                FakeVerdict::from(("127.0.0.52", "googlebot", "spoofed")).with_method("asn"),
+            ]),
+    )
+    .await;
+    let url = envoy.url("/");
+    let r = get(&client(ip(51)), &url, UA_GOOGLEBOT, &[]).await;
+    assert_eq!(
+        (r.status, r.upstream_class()),
+        (200, Some("search_crawler"))
+    );
+    let r = get(&client(ip(52)), &url, UA_GOOGLEBOT, &[]).await;
+    assert_eq!((r.status, r.upstream_class()), (200, Some("spoofed")));
+    envoy
+        .assert_counters(&[
+            ("crawlguard.verify.verified", 1),
+            ("crawlguard.verify.spoofed", 1),
+            ("crawlguard.verify.error", 0),
+        ])
+        .await;
+    envoy.assert_log_clean();
+}
