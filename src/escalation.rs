@@ -1,5 +1,11 @@
-//! Retry-After compliance and escalation, per client key: a pure function of (stored
-//! state, now, policy), like the bucket math.
+//! Retry-After compliance and escalation, per client: a pure function of (stored state,
+//! now, class, policy), like the bucket math.
+//!
+//! The client is an address and a class: the state lives in the slot of a `client_ip` key
+//! and names the class it was told ([`Compliance::class`]). A request of another class at
+//! the same address (a browser behind the NAT of a script) neither counts against it nor
+//! serves its penalty, and a header key (a shared "missing" key, an account anyone can name)
+//! never carries any (the limiter does not track them).
 //!
 //! When crawlguard rejects a key it remembers when it told the client to come back
 //! (`told_until_ns`). The key's next request is *ignored* when it comes before that time and
@@ -13,6 +19,7 @@
 //! over.
 
 use crate::bucket::NS_PER_S;
+use crate::class::Class;
 use crate::config::{ClassPolicy, Escalation};
 
 /// What a key remembers between requests (zero: nothing).
@@ -28,6 +35,8 @@ pub struct Compliance {
     pub ignored: u16,
     /// Escalation steps taken (the penalty's Retry-After is `base x factor^level`).
     pub level: u8,
+    /// The class that was told (and serves the penalty); `None` before the first rejection.
+    pub class: Option<Class>,
 }
 
 /// How a request relates to the Retry-After its key was given.
@@ -56,10 +65,11 @@ impl Compliance {
             .max(self.forget_at_ns)
     }
 
-    /// A request of this key arrives at `now_ns`: forgets what decayed, and says whether it
-    /// ignored or honoured its Retry-After (an ignored one is counted toward escalation when
-    /// `policy` is enabled).
-    pub fn visit(&mut self, now_ns: u64, policy: &Escalation) -> Visit {
+    /// A request of `class` from this key's address arrives at `now_ns`: forgets what
+    /// decayed, and says whether it ignored or honoured its Retry-After (an ignored one is
+    /// counted toward escalation when `policy` is enabled). A request of another class than
+    /// the one told is unremarkable and changes nothing: it is another client.
+    pub fn visit(&mut self, now_ns: u64, class: Class, policy: &Escalation) -> Visit {
         if self.forget_at_ns != 0 && self.forget_at_ns <= now_ns && !self.in_penalty(now_ns) {
             // Good behaviour for decay_s, and the penalty served: the key starts over. A
             // penalty longer than decay_s lasts what its Retry-After said.
@@ -68,7 +78,7 @@ impl Compliance {
             self.forget_at_ns = 0;
             self.penalty_until_ns = 0;
         }
-        if self.told_until_ns == 0 {
+        if self.told_until_ns == 0 || self.class != Some(class) {
             return Visit::Unremarkable;
         }
         if now_ns < self.told_until_ns {
@@ -82,20 +92,45 @@ impl Compliance {
         }
     }
 
-    /// True while the key serves a penalty.
+    /// True while the key serves a penalty (whichever class earned it).
     pub fn in_penalty(&self, now_ns: u64) -> bool {
         now_ns < self.penalty_until_ns
     }
 
-    /// The key is rejected at `now_ns` by a class with `policy`; `normal_s` is the
-    /// Retry-After it would get without escalation (already clamped to the class range; the
-    /// class's `retry_after.min_s` while it serves a penalty, as its bucket is not asked).
-    /// With escalation on and `after_ignored` ignored Retry-Afters, it escalates one step and
-    /// serves [`penalty_s`] of that step as a penalty (never less than `normal_s`).
+    /// True when a request of `class` is rejected by the penalty at `now_ns`: the class
+    /// earned it and has escalation on (`policy`), so a class with escalation off never
+    /// serves one.
+    pub fn penalises(&self, now_ns: u64, class: Class, policy: &Escalation) -> bool {
+        policy.enabled && self.class == Some(class) && self.in_penalty(now_ns)
+    }
+
+    /// A request of `class` is rejected at `now_ns`, by a class with `policy`; `normal_s` is
+    /// the Retry-After it would get without escalation (already clamped to the class range;
+    /// the class's `retry_after.min_s` while it serves a penalty, as its bucket is not
+    /// asked). With escalation on and `after_ignored` ignored Retry-Afters, it escalates one
+    /// step and serves [`penalty_s`] of that step as a penalty (never less than `normal_s`).
     /// Remembers when the client was told to come back (`now + Retry-After`; the jitter
     /// added on the wire only makes the client later) and returns the Retry-After to send,
     /// before jitter, s, and whether it escalated.
-    pub fn reject(&mut self, now_ns: u64, normal_s: u32, policy: &ClassPolicy) -> (u32, bool) {
+    ///
+    /// While another class's state is still remembered here, it is kept as it is and the
+    /// request gets `normal_s`: one address holds one client's record at a time, and a
+    /// NAT-mate's rejection must neither take over nor wipe another client's penalty.
+    pub fn reject(
+        &mut self,
+        now_ns: u64,
+        class: Class,
+        normal_s: u32,
+        policy: &ClassPolicy,
+    ) -> (u32, bool) {
+        if self.class.is_some_and(|c| c != class) {
+            if !self.is_idle(now_ns) {
+                return (normal_s, false);
+            }
+            // Idle: whatever another class left carries no information.
+            *self = Compliance::default();
+        }
+        self.class = Some(class);
         let esc = &policy.escalation;
         let escalate = esc.enabled && self.ignored >= esc.after_ignored.max(1);
         let ra_s = if escalate {
@@ -136,6 +171,8 @@ mod tests {
     use crate::config::RetryAfter;
 
     const T0: u64 = 1_700_000_000 * NS_PER_S;
+    /// The class of the client under test.
+    const S: Class = Class::Script;
 
     /// Retry-After 5..300 s, escalation after 3 ignored, x2 per step up to 40 s.
     fn policy(enabled: bool) -> ClassPolicy {
@@ -161,12 +198,12 @@ mod tests {
         let p = policy(false);
         let e = &p.escalation;
         let mut c = Compliance::default();
-        assert_eq!(c.visit(T0, e), Visit::Unremarkable);
-        assert_eq!(c.reject(T0, 5, &p), (5, false));
-        assert_eq!(c.visit(T0 + NS_PER_S, e), Visit::Ignored);
-        assert_eq!(c.visit(T0 + 5 * NS_PER_S, e), Visit::Honoured);
+        assert_eq!(c.visit(T0, S, e), Visit::Unremarkable);
+        assert_eq!(c.reject(T0, S, 5, &p), (5, false));
+        assert_eq!(c.visit(T0 + NS_PER_S, S, e), Visit::Ignored);
+        assert_eq!(c.visit(T0 + 5 * NS_PER_S, S, e), Visit::Honoured);
         // Counted once: the next request is unremarkable.
-        assert_eq!(c.visit(T0 + 6 * NS_PER_S, e), Visit::Unremarkable);
+        assert_eq!(c.visit(T0 + 6 * NS_PER_S, S, e), Visit::Unremarkable);
         assert_eq!(c.ignored, 1);
         assert_eq!(c.level, 0);
     }
@@ -178,8 +215,8 @@ mod tests {
         let mut now = T0;
         let mut sent = Vec::new();
         for _ in 0..8 {
-            let _ = c.visit(now, &p.escalation);
-            sent.push(c.reject(now, 5, &p));
+            let _ = c.visit(now, S, &p.escalation);
+            sent.push(c.reject(now, S, 5, &p));
             now += NS_PER_S / 10;
         }
         // Three ignored Retry-Afters, then every further one doubles, capped at 40.
@@ -199,9 +236,9 @@ mod tests {
         assert!(c.in_penalty(now));
         // 60 s (decay_s) after the last ignored request it starts over.
         let later = now + 100 * NS_PER_S;
-        assert_eq!(c.visit(later, &p.escalation), Visit::Honoured);
+        assert_eq!(c.visit(later, S, &p.escalation), Visit::Honoured);
         assert_eq!((c.ignored, c.level), (0, 0));
-        assert_eq!(c.reject(later, 5, &p), (5, false));
+        assert_eq!(c.reject(later, S, 5, &p), (5, false));
         assert!(c.is_idle(later + 70 * NS_PER_S));
     }
 
@@ -219,10 +256,11 @@ mod tests {
         // A longer normal wait (a slow bucket) is never cut by a step.
         let mut c = Compliance {
             ignored: 3,
+            class: Some(S),
             ..Compliance::default()
         };
-        assert_eq!(c.reject(T0, 20, &p), (20, true));
-        assert_eq!(c.reject(T0, 1, &p), (4, true));
+        assert_eq!(c.reject(T0, S, 20, &p), (20, true));
+        assert_eq!(c.reject(T0, S, 1, &p), (4, true));
         // A factor of 1.5 rounds down to whole seconds: 3 x 1.5^3 = 10.125.
         p.retry_after.min_s = 3;
         p.escalation.factor = 1.5;
@@ -235,10 +273,41 @@ mod tests {
         let mut c = Compliance::default();
         for i in 0..20 {
             let now = T0 + i;
-            let _ = c.visit(now, &p.escalation);
-            assert_eq!(c.reject(now, 7, &p), (7, false));
+            let _ = c.visit(now, S, &p.escalation);
+            assert_eq!(c.reject(now, S, 7, &p), (7, false));
             assert!(!c.in_penalty(now));
         }
         assert_eq!(c.ignored, 19);
+    }
+
+    #[test]
+    fn another_class_at_the_address_is_another_client() {
+        let p = policy(true);
+        let e = &p.escalation;
+        let h = Class::Human;
+        let mut c = Compliance::default();
+        let mut now = T0;
+        // The script ignores three Retry-Afters and serves a penalty.
+        for _ in 0..4 {
+            let _ = c.visit(now, S, e);
+            let _ = c.reject(now, S, 5, &p);
+            now += NS_PER_S / 10;
+        }
+        assert!(c.penalises(now, S, e));
+        // A browser behind the same address: not ignoring anything, never penalised, and its
+        // own rejection neither takes over nor wipes the script's record.
+        assert_eq!(c.visit(now, h, e), Visit::Unremarkable);
+        assert!(!c.penalises(now, h, e));
+        let before = c;
+        assert_eq!(c.reject(now, h, 5, &p), (5, false));
+        assert_eq!(c, before);
+        // Escalation off for the class: a penalty it earned is not served either.
+        assert!(!c.penalises(now, S, &policy(false).escalation));
+        // Once the script's record is idle, the browser's rejection is remembered as its own.
+        let idle = c.idle_at_ns() + NS_PER_S;
+        assert!(c.is_idle(idle));
+        assert_eq!(c.reject(idle, h, 5, &p), (5, false));
+        assert_eq!((c.class, c.ignored, c.level), (Some(h), 0, 0));
+        assert_eq!(c.visit(idle + NS_PER_S, h, e), Visit::Ignored);
     }
 }

@@ -35,11 +35,12 @@ pub struct KeyState {
 }
 
 /// A key's state in a slot: `tat_ns`, `last_ns`, `told_until_ns`, `penalty_until_ns`,
-/// `forget_at_ns` (8 each), `ignored` (2), `level` (1), little-endian, after the table's
-/// version and owner (52 bytes in all).
+/// `forget_at_ns` (8 each), `ignored` (2), `level` (1), the told class (1: 0 for none, else
+/// its [`Class::index`] + 1), little-endian, after the table's version and owner (53 bytes
+/// in all).
 impl SlotValue for KeyState {
-    const LEN: usize = 43;
-    const VERSION: u8 = 2;
+    const LEN: usize = 44;
+    const VERSION: u8 = 3;
 
     fn encode(&self, out: &mut [u8]) {
         let c = &self.compliance;
@@ -53,6 +54,10 @@ impl SlotValue for KeyState {
         }
         if let Some(d) = out.get_mut(42) {
             *d = c.level;
+        }
+        if let Some(d) = out.get_mut(43) {
+            // At most Class::ALL.len() (8): fits.
+            *d = c.class.map_or(0, |k| k.index() as u8 + 1);
         }
     }
 
@@ -68,6 +73,10 @@ impl SlotValue for KeyState {
                 forget_at_ns: read_u64(b, 32)?,
                 ignored: u16::from_le_bytes(b.get(40..42)?.try_into().ok()?),
                 level: *b.get(42)?,
+                class: match *b.get(43)? {
+                    0 => None,
+                    n => Some(*Class::ALL.get(usize::from(n) - 1)?),
+                },
             },
         })
     }
@@ -397,10 +406,11 @@ impl Limiter {
         }
     }
 
-    /// Takes `n` tokens from `key`'s bucket under `limit`, for a request of a class with
-    /// `policy`. With `track` (an enforced limit keyed per client), the key's Retry-After
-    /// compliance is checked and remembered, and a key serving a penalty is rejected without
-    /// taking tokens.
+    /// Takes `n` tokens from `key`'s bucket under `limit`, for a request of `class` with
+    /// `policy`. With `track` (an enforced limit keyed by a client address), the client's
+    /// Retry-After compliance is checked and remembered, and a client serving a penalty is
+    /// rejected without taking tokens ([`crate::escalation`]: the client is the address and
+    /// the class).
     ///
     /// With `leasable` (see [`crate::lease`]) the token may come from this worker's lease of
     /// the key (no shared-data call), and a charge that leaves the bucket far from empty
@@ -413,7 +423,7 @@ impl Limiter {
         now_ns: u64,
         (limit_idx, limit): (usize, &Limit),
         n: u32,
-        policy: &ClassPolicy,
+        (class, policy): (Class, &ClassPolicy),
         track: bool,
         leasable: bool,
         events: &mut StoreEvents,
@@ -430,11 +440,11 @@ impl Limiter {
             leased = 0;
             let mut st = s.unwrap_or_default();
             let visit = if track {
-                st.compliance.visit(now_ns, esc)
+                st.compliance.visit(now_ns, class, esc)
             } else {
                 Visit::Unremarkable
             };
-            let wait_ns = if track && st.compliance.in_penalty(now_ns) {
+            let wait_ns = if track && st.compliance.penalises(now_ns, class, esc) {
                 // Serving a penalty: rejected without consuming tokens, at the class's base
                 // wait (the step sets the penalty, not what is left of the last one).
                 0
@@ -466,7 +476,7 @@ impl Limiter {
                 };
                 return ((limited, visit), None);
             }
-            let (retry_after_s, escalated) = st.compliance.reject(now_ns, base_s, policy);
+            let (retry_after_s, escalated) = st.compliance.reject(now_ns, class, base_s, policy);
             let limited = Charged::Limited {
                 retry_after_s,
                 escalated,
@@ -655,8 +665,8 @@ pub fn key_values(lines: &[Vec<u8>], list: bool) -> Vec<&[u8]> {
 /// - A key header naming more than [`MAX_KEY_VALUES`] values makes the request malformed,
 ///   with the same refund.
 ///
-/// Keys of enforced, non-global limits remember the Retry-After they were given (compliance
-/// and escalation, [`crate::escalation`]). `random` feeds the Retry-After jitter; it is
+/// Keys of enforced `client_ip` limits remember the Retry-After their client (the address
+/// and `class`) was given (compliance and escalation, [`crate::escalation`]). `random` feeds the Retry-After jitter; it is
 /// called only on a rejection.
 pub fn decide(
     cfg: &Config,
@@ -721,9 +731,11 @@ pub fn decide(
             }
         };
         let n = limit.cost.as_ref().map_or(1, |c| c.reserve);
-        // Compliance is about a client: not for the one global bucket, not in shadow mode
-        // (the client was never told anything).
-        let track = !is_shadow && !matches!(limit.key, KeyKind::Global);
+        // Compliance is about a client, an address and a class: tracked in the keys of an
+        // address, never in a header key (the shared "missing" key, or a value any client
+        // can name) or the one global bucket, and not in shadow mode (the client was never
+        // told anything).
+        let track = !is_shadow && matches!(limit.key, KeyKind::ClientIp) && req.client.is_some();
         let mut shadow_taken: Vec<usize> = Vec::new();
         for part in keys {
             let key = limiter.key(&limit.name, part);
@@ -736,7 +748,7 @@ pub fn decide(
                 now_ns,
                 (i, limit),
                 n,
-                policy,
+                (class, policy),
                 track,
                 leasable,
                 &mut events,
@@ -1218,7 +1230,7 @@ mod tests {
             now,
             (0, &limit_of(rate)),
             1,
-            &policy,
+            (Class::Human, &policy),
             false,
             false,
             &mut ev,

@@ -225,6 +225,17 @@ fn compile_classes(
             return Err(err(format!("{p}.reject_status"), "must be 429 or 503"));
         }
         let e = pol.escalation;
+        if e.enabled && class.is_crawler() {
+            // A crawler class is only ever a verified claim: a verified crawler never
+            // escalates: a penalty would shut a real crawler out for up to max_s.
+            return Err(err(
+                format!("{p}.escalation.enabled"),
+                format!(
+                    "must be false for {} (a verified crawler never escalates)",
+                    class.as_str()
+                ),
+            ));
+        }
         if !(1..=1_000).contains(&e.after_ignored) {
             return Err(err(
                 format!("{p}.escalation.after_ignored"),

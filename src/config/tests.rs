@@ -711,3 +711,30 @@ fn headers_crawlguard_must_not_take_over_are_refused() {
     assert_eq!(c.class_header, "x-bot-class");
     parse(cost("x-crawlguard-cost").as_bytes()).expect("an own cost header is fine");
 }
+
+#[test]
+fn escalation_is_refused_for_the_crawler_classes_only() {
+    let doc =
+        |class: &str| format!(r#"{{"classes":{{"{class}":{{"escalation":{{"enabled":true}}}}}}}}"#);
+    let mut cases: Vec<(String, String)> = ["search_crawler", "ai_retriever", "ai_trainer"]
+        .iter()
+        .map(|c| {
+            (
+                doc(c),
+                format!(
+                    "classes.{c}.escalation.enabled: must be false for {c} (a verified crawler \
+                     never escalates)"
+                ),
+            )
+        })
+        .collect();
+    for c in ["human", "other_bot", "script", "unverified_bot", "spoofed"] {
+        cases.push((doc(c), "<accepted>".to_string()));
+    }
+    // Turning it off stays allowed everywhere.
+    cases.push((
+        r#"{"classes":{"search_crawler":{"escalation":{"enabled":false}}}}"#.into(),
+        "<accepted>".into(),
+    ));
+    assert_parse_outcomes(&cases);
+}
