@@ -40,6 +40,13 @@ pub fn check(bytes: &[u8]) -> Result<Vec<Checked>, InputError> {
     }
     let text = std::str::from_utf8(bytes)
         .map_err(|e| InputError(format!("neither JSON nor UTF-8 YAML: {e}")))?;
+    if let Some(line) = flow_nesting_exceeds(text, MAX_YAML_DEPTH) {
+        // Refused before the parser sees it: its cost grows with the square of the depth
+        // (195 KiB of `[` took 36 s), and a configuration never nests this deep.
+        return Err(InputError(format!(
+            "YAML nests deeper than {MAX_YAML_DEPTH} levels of [ ] or {{ }} (line {line})"
+        )));
+    }
     let mut found = Vec::new();
     for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let v: Value = serde::Deserialize::deserialize(doc)
@@ -87,6 +94,66 @@ pub fn check(bytes: &[u8]) -> Result<Vec<Checked>, InputError> {
         ));
     }
     Ok(found)
+}
+
+/// Deepest flow nesting (`[`, `{`) a YAML input may have: the YAML parser's own recursion
+/// limit, and serde_json's, so nothing a parser would accept is refused.
+pub const MAX_YAML_DEPTH: usize = 128;
+
+/// The 1-based line where `text`'s flow collections first nest deeper than `max`, if they
+/// do. Brackets inside quoted scalars (a quote that starts a token) and comments do not
+/// count. One pass, no allocation: bounds the work before the parser runs.
+fn flow_nesting_exceeds(text: &str, max: usize) -> Option<usize> {
+    let (mut depth, mut line) = (0usize, 1usize);
+    let mut quote: Option<u8> = None;
+    let mut comment = false;
+    let mut prev = b'\n';
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'\n' {
+            line += 1;
+            comment = false;
+        }
+        match quote {
+            _ if comment => {}
+            Some(b'"') if b == b'\\' => {
+                // An escape: the next byte is taken as it is.
+                i += 1;
+                if bytes.get(i) == Some(&b'\n') {
+                    line += 1;
+                }
+            }
+            Some(q) if b == q => {
+                // '' inside a single-quoted scalar is an escaped quote.
+                if q == b'\'' && bytes.get(i + 1) == Some(&b'\'') {
+                    i += 1;
+                } else {
+                    quote = None;
+                }
+            }
+            Some(_) => {}
+            None => match b {
+                b'#' if prev.is_ascii_whitespace() => comment = true,
+                b'"' | b'\''
+                    if matches!(prev, b' ' | b'\t' | b'\n' | b'[' | b'{' | b',' | b':') =>
+                {
+                    quote = Some(b)
+                }
+                b'[' | b'{' => {
+                    depth += 1;
+                    if depth > max {
+                        return Some(line);
+                    }
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+        prev = b;
+        i += 1;
+    }
+    None
 }
 
 /// Every `configuration: {"@type": ...StringValue, value: "..."}` under a wasm filter
@@ -137,4 +204,39 @@ pub fn summary(c: &Config) -> String {
             "disabled".into()
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flow_nesting_is_bounded_outside_quotes_and_comments() {
+        let nested = |n: usize| format!("a: {}{}\n", "[".repeat(n), "]".repeat(n));
+        assert_eq!(flow_nesting_exceeds(&nested(128), 128), None);
+        assert_eq!(flow_nesting_exceeds(&nested(129), 128), Some(1));
+        let deep_maps = format!("x: 1\ny: {}1{}\n", "{k: ".repeat(200), "}".repeat(200));
+        assert_eq!(flow_nesting_exceeds(&deep_maps, 128), Some(2));
+        // Brackets in quoted scalars and comments are text.
+        let quoted = format!(
+            "a: \"{0}\"\nb: '{0}'\nc: 'it''s {0}'\n# {0}\nd: \"\\\" {0}\"\n",
+            "[".repeat(300)
+        );
+        assert_eq!(flow_nesting_exceeds(&quoted, 128), None);
+        // A plain scalar's apostrophe starts no quote: the brackets after it count.
+        let plain = format!("a: don't {}\n", "[".repeat(129));
+        assert_eq!(flow_nesting_exceeds(&plain, 128), Some(1));
+    }
+
+    #[test]
+    fn deep_yaml_is_refused_before_it_is_parsed() {
+        // 100,000 levels: the parser would take minutes; the scan refuses it at once.
+        let text = format!("a: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(
+            check(text.as_bytes()).map(|_| ()),
+            Err(InputError(
+                "YAML nests deeper than 128 levels of [ ] or { } (line 1)".into()
+            ))
+        );
+    }
 }
