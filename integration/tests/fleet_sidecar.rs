@@ -974,3 +974,41 @@ async fn foreign_keys_under_the_prefix_do_not_break_a_batch_half_way() {
     assert!(redis.pttl(&hash) > 0);
     assert_eq!(redis.get(&junk), Some("not a tat".into()));
 }
+
+/// A sidecar of an older catalog stored a Google Cloud VM (`<ip>.bc.googleusercontent.com`)
+/// in Redis as a verified Googlebot. This sidecar checks a shared verified verdict's PTR
+/// name against its own domains: it resolves the claim again, answers `spoofed`, and
+/// replaces the stored verdict.
+#[tokio::test]
+async fn a_verified_verdict_stored_under_an_older_catalog_is_checked_again() {
+    let redis = Redis::start().await;
+    let vm = "192.0.2.77";
+    let vm_host = "77.2.0.192.bc.googleusercontent.com";
+    let dns = Dnsmasq::start(&[Record::host(vm_host, vm)]).await;
+    let key = format!("crawlguard:verdict:googlebot:{vm}");
+    let old = format!(r#"{{"verdict":"verified","method":"fcrdns","host":"{vm_host}"}}"#);
+    assert_eq!(
+        redis
+            .cmd(&["SET", &key, &old, "PX", "86400000"])
+            .text()
+            .as_deref(),
+        Some("OK")
+    );
+    let sc = Sidecar::start(SidecarOpts::fleet(dns.addr(), &redis.url())).await;
+    let (status, body) = sc.verify(vm, "googlebot").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"ip": vm, "bot": "googlebot", "verdict": "spoofed", "method": "fcrdns",
+               "host": "", "ttl_s": 3600})
+    );
+    let replaced = poll_until(Duration::from_secs(5), || async {
+        redis.get(&key).filter(|v| *v != old)
+    })
+    .await
+    .expect("the stale verdict was never replaced");
+    assert_eq!(
+        replaced,
+        r#"{"verdict":"spoofed","method":"fcrdns","host":""}"#
+    );
+}

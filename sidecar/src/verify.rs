@@ -361,7 +361,15 @@ impl<R: Resolve> Verifier<R> {
             let Some(shared) = &self.shared else {
                 return Ok((self.resolve(ip, methods).await?, None));
             };
-            if let Some((v, remaining)) = shared.get_verdict(bot, ip).await {
+            let shared_verdict = shared.get_verdict(bot, ip).await.filter(|(v, _)| {
+                // A verified verdict another sidecar stored counts only while its PTR name
+                // passes this sidecar's domains: one stored under an older catalog (a Google
+                // Cloud VM's bc.googleusercontent.com name) is resolved again, and replaced.
+                v.verdict != Verdict::Verified
+                    || v.method != Method::Fcrdns
+                    || matches_any(&v.host, &methods.domains)
+            });
+            if let Some((v, remaining)) = shared_verdict {
                 // Never longer than this sidecar would keep it.
                 let ttl = remaining.min(self.ttl_of(v.verdict));
                 let outcome = Outcome {
