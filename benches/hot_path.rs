@@ -51,6 +51,7 @@ fn decide_allow(c: &mut Criterion) {
         route: 0,
         client: "127.0.0.1".parse().ok(),
         key_headers: &[],
+        verified_claim: false,
     };
     let mut now = 1_700_000_000 * NS_PER_S;
     c.bench_function("decide/allow_two_limits_mem_store", |b| {

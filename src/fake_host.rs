@@ -325,7 +325,15 @@ impl FakeProxy {
 
     /// A worker for `cfg` over an existing shared store (e.g. a second worker of the same
     /// Envoy: give it a clone of the first one's store handle).
-    pub fn with_config(cfg: Config, now_ns: u64, store: Rc<MemStore>) -> FakeProxy {
+    ///
+    /// An unset `store.hash_seed` is resolved as `on_configure` does it
+    /// ([`crate::store::resolve_hash_seed`]), with a fixed draw standing in for the random
+    /// one, so every worker over one store hashes alike.
+    pub fn with_config(mut cfg: Config, now_ns: u64, store: Rc<MemStore>) -> FakeProxy {
+        let (seed, _) = crate::store::resolve_hash_seed(&*store, cfg.store.hash_seed, &mut || {
+            Some(0x5eed_5eed_5eed_5eed_u64)
+        });
+        cfg.store.hash_seed = Some(seed);
         let mut host = FakeHost {
             now_ns: Some(now_ns),
             store,

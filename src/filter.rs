@@ -53,7 +53,7 @@ impl RootContext for Root {
     /// field) rather than run with a half-understood one.
     fn on_configure(&mut self, _size: usize) -> bool {
         let raw = wasm_host::plugin_configuration();
-        let cfg = match config::parse(&raw) {
+        let mut cfg = match config::parse(&raw) {
             Ok(c) => c,
             Err(e) => {
                 log::error!("invalid configuration: {e}");
@@ -63,9 +63,22 @@ impl RootContext for Root {
         for w in &cfg.warnings {
             log::warn!("configuration warning: {w}");
         }
+        let mut draw = || {
+            let (a, b) = (getrandom::u32().ok()?, getrandom::u32().ok()?);
+            Some(u64::from(a) << 32 | u64::from(b))
+        };
+        let (hash_seed, secret) =
+            store::resolve_hash_seed(&HostStore, cfg.store.hash_seed, &mut draw);
+        if !secret && cfg.store.hash_seed.is_none() {
+            log::warn!(
+                "store.hash_seed: could not draw or keep a random seed; using the published one \
+                 (slot collisions can be planned): set store.hash_seed"
+            );
+        }
+        cfg.store.hash_seed = Some(hash_seed);
         let shape = StoreShape {
             slots: cfg.store.slots,
-            hash_seed: cfg.store.hash_seed,
+            hash_seed,
         };
         if let Some(change) = store::record_shape(&HostStore, shape) {
             log::warn!("{change}");

@@ -16,8 +16,10 @@ use crate::fleet::{self, FleetBuckets};
 use crate::lease::{self, Lease, Leases};
 use crate::local_store::{LocalPlace, LocalStore};
 use crate::respond;
-use crate::slot_table::{read_u64, write_u64, SharedSlots, SlotRef, SlotTable, SlotValue};
-use crate::store::{SharedData, StateKey, StateStore, StoreFault};
+use crate::slot_table::{
+    read_u64, write_u64, SharedSlots, SlotRef, SlotTable, SlotValue, CANDIDATES,
+};
+use crate::store::{SharedData, StateKey, StateStore, StoreFault, PUBLISHED_HASH_SEED};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::IpAddr;
 
@@ -103,6 +105,9 @@ pub struct RequestKeys<'a> {
     pub client: Option<IpAddr>,
     /// Every line of each `header:<name>` key header, by lowercase name.
     pub key_headers: &'a [(&'a str, Vec<Vec<u8>>)],
+    /// The class is a verified crawler claim's (any class: AdsBot is `other_bot`): it never
+    /// escalates, whatever the class's `escalation.enabled`.
+    pub verified_claim: bool,
 }
 
 impl RequestKeys<'_> {
@@ -248,7 +253,7 @@ type Charge = (StateKey, usize, Placed, u32, bool);
 impl Limiter {
     /// Builds the limiter for `cfg.store`.
     pub fn new(cfg: &Config) -> Limiter {
-        let s = cfg.store.hash_seed;
+        let s = cfg.store.hash_seed.unwrap_or(PUBLISHED_HASH_SEED);
         Limiter {
             buckets: SlotTable::new(BUCKET_PREFIX, cfg.store.slots, cfg.store.cas_retries),
             fallback: LocalStore::new(cfg.store.fallback_buckets as usize),
@@ -262,6 +267,15 @@ impl Limiter {
             charged: Vec::new(),
             leases: Leases::default(),
         }
+    }
+
+    /// The candidate slots of the bucket of client prefix `client` under the limit named
+    /// `limit_name` (a `client_ip` limit): where its state may live in the slot table. What
+    /// an attacker who knows `store.hash_seed` computes to plan collisions; tests use it to
+    /// show that a secret seed defeats that.
+    pub fn client_slots(&self, limit_name: &str, client: IpAddr) -> [usize; CANDIDATES] {
+        self.buckets
+            .key_candidates(self.key(limit_name, &KeyPart::Ip(client)).fp)
     }
 
     /// Fleet state (`None` when fleet mode is off).
@@ -678,7 +692,12 @@ pub fn decide(
     random: &mut dyn FnMut() -> u32,
 ) -> LimitResult {
     let route = req.route;
-    let policy = cfg.policy(class);
+    let mut own_policy = *cfg.policy(class);
+    if req.verified_claim {
+        // A verified crawler never escalates (a penalty would shut it out for up to max_s).
+        own_policy.escalation.enabled = false;
+    }
+    let policy = &own_policy;
     let mut events = StoreEvents::default();
     let mut charged = std::mem::take(&mut limiter.charged);
     charged.clear();
@@ -867,6 +886,7 @@ mod tests {
             client: client_ip::client_ip(&cfg.client_ip, Some(r.remote.as_bytes()), None)
                 .map(|a| client_ip::masked(a, &cfg.client_ip)),
             key_headers: &r.headers,
+            verified_claim: false,
         }
     }
 

@@ -77,6 +77,10 @@ pub struct Facts {
     pub client_prefix: Option<IpAddr>,
     /// The path (query ignored) is in `exempt_paths`.
     pub exempt: bool,
+    /// The class a verifiable crawler claim asks for (a catalog bot with `verify: true`),
+    /// once classified: a request that gets it was verified (or trusted on a verifier
+    /// error with `on_error: claimed_class`), and never escalates.
+    pub claimed: Option<Class>,
 }
 
 /// `:path` without its query string (and fragment).
@@ -101,6 +105,7 @@ impl Facts {
                 client_ip: None,
                 client_prefix: None,
                 exempt: true,
+                claimed: None,
             };
         }
         let remote = host.downstream_address();
@@ -114,6 +119,7 @@ impl Facts {
             client_ip,
             client_prefix: client_ip.map(|ip| client_ip::masked(ip, &cfg.client_ip)),
             exempt: false,
+            claimed: None,
         }
     }
 }
@@ -171,7 +177,7 @@ impl RequestState {
         // other than an exempt path sets the header with one replace call, which in Envoy
         // removes every line the client sent before adding ours (integration tests send
         // several lines and see one value upstream), so only an exempt path removes it.
-        let facts = Facts::read(cfg, host);
+        let mut facts = Facts::read(cfg, host);
         if facts.exempt {
             host.set_request_header(&cfg.class_header, None);
             // Before classification and verification: robots.txt and sitemaps are never
@@ -184,6 +190,7 @@ impl RequestState {
         let c = cfg.classifier.classify(ua.as_deref());
         let class = match c.bot {
             Some(bot) if bot.verify && cfg.verifier.enabled => {
+                facts.claimed = Some(bot.class);
                 match verify_claim(me, context, w, host, &facts, &bot.id, bot.class) {
                     Some(class) => class,
                     None => {
@@ -236,6 +243,7 @@ impl RequestState {
             route: facts.route,
             client: facts.client_prefix,
             key_headers: &key_headers,
+            verified_claim: facts.claimed == Some(class),
         };
         let mut out = match w.limiter.try_borrow_mut() {
             Ok(mut lim) => limiter::decide(

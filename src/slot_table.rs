@@ -147,6 +147,12 @@ impl<V: SlotValue> SlotTable<V> {
         Ok(created)
     }
 
+    /// The candidate slot indexes of key fingerprint `fp`, in the order a new key tries
+    /// them: where its value may live.
+    pub fn key_candidates(&self, fp: u64) -> [usize; CANDIDATES] {
+        self.candidates(key_fp(fp))
+    }
+
     /// The candidate slot indexes of a fingerprint, each from its own mix of it (some may
     /// be equal, always so when the table has one slot).
     fn candidates(&self, fp: u64) -> [usize; CANDIDATES] {

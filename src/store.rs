@@ -81,6 +81,48 @@ pub trait StateStore<V> {
 /// Shared-data key recording the [`StoreShape`] in force, so that a new configuration can
 /// tell that it moves every bucket.
 pub const META_KEY: &str = "cg:store:meta";
+
+/// Shared-data key of the hash seed an Envoy drew for itself (8 bytes, little-endian).
+pub const SEED_KEY: &str = "cg:store:seed";
+
+/// The seed published in this source: the hash seed of offline tools (`crawlguard replay`)
+/// and of a filter that could not keep a drawn one. Never secret (see
+/// [`resolve_hash_seed`]).
+pub const PUBLISHED_HASH_SEED: u64 = 0x6372_6177_6c67_7561;
+
+/// The hash seed in force, and whether it is secret: `configured` when set; else the seed
+/// this Envoy drew at its first load and kept in shared data ([`SEED_KEY`], which outlives
+/// configurations while the `vm_id` stays the same, so every worker and every reload hashes
+/// alike); else `draw()`, stored for the others (the first writer wins a race). Only when
+/// shared data fails, or `draw` does, is it [`PUBLISHED_HASH_SEED`] (`false`: the caller
+/// warns), never a per-worker seed, which would split every bucket by worker.
+pub fn resolve_hash_seed(
+    store: &dyn SharedData,
+    configured: Option<u64>,
+    draw: &mut dyn FnMut() -> Option<u64>,
+) -> (u64, bool) {
+    if let Some(s) = configured {
+        return (s, s != PUBLISHED_HASH_SEED);
+    }
+    for _ in 0..8 {
+        let cas = match store.get(SEED_KEY) {
+            Ok(Some((bytes, cas))) => match <[u8; 8]>::try_from(bytes.as_slice()) {
+                Ok(b) => return (u64::from_le_bytes(b), true),
+                // Unreadable: replaced below.
+                Err(_) => cas,
+            },
+            Ok(None) => 0,
+            Err(_) => break,
+        };
+        let Some(seed) = draw() else { break };
+        match store.set(SEED_KEY, &seed.to_le_bytes(), cas) {
+            Ok(()) => return (seed, true),
+            Err(StoreError::CasMismatch) => continue,
+            Err(StoreError::Host(_)) => break,
+        }
+    }
+    (PUBLISHED_HASH_SEED, false)
+}
 /// Meta encoding version byte.
 const META_VERSION: u8 = 1;
 
@@ -262,6 +304,7 @@ pub mod mem {
 mod tests {
     use super::*;
     use mem::{Fault, MemStore};
+    use std::cell::Cell;
 
     #[test]
     fn a_new_store_shape_is_reported_once_with_what_changed() {
@@ -296,5 +339,50 @@ mod tests {
         );
         store.fault.set(Fault::Error);
         assert_eq!(record_shape(&store, shape(1, 1)), None);
+    }
+
+    #[test]
+    fn an_unset_hash_seed_is_drawn_once_and_kept_for_every_worker_and_reload() {
+        let store = MemStore::default();
+        let draws = Cell::new(0u64);
+        let mut draw = || {
+            draws.set(draws.get() + 1);
+            Some(0x1234_5678_9abc_def0_u64.wrapping_mul(draws.get()))
+        };
+        let first = resolve_hash_seed(&store, None, &mut draw);
+        assert_eq!(first, (0x1234_5678_9abc_def0, true));
+        // Another worker, or the next configuration: the same seed, nothing drawn.
+        assert_eq!(resolve_hash_seed(&store, None, &mut draw), first);
+        assert_eq!(resolve_hash_seed(&store, None, &mut draw), first);
+        assert_eq!(draws.get(), 1);
+        // A configured seed wins, and does not replace the kept one.
+        assert_eq!(resolve_hash_seed(&store, Some(7), &mut draw), (7, true));
+        assert_eq!(resolve_hash_seed(&store, None, &mut draw), first);
+        assert_eq!(
+            resolve_hash_seed(&store, Some(PUBLISHED_HASH_SEED), &mut draw),
+            (PUBLISHED_HASH_SEED, false)
+        );
+        // An unreadable record is replaced by a new draw.
+        store.poke(SEED_KEY, b"short");
+        assert_eq!(
+            resolve_hash_seed(&store, None, &mut draw),
+            (0x1234_5678_9abc_def0_u64.wrapping_mul(2), true)
+        );
+    }
+
+    #[test]
+    fn a_seed_that_cannot_be_kept_is_the_published_one_never_a_per_worker_one() {
+        let store = MemStore::default();
+        store.fault.set(Fault::Error);
+        assert_eq!(
+            resolve_hash_seed(&store, None, &mut || Some(42)),
+            (PUBLISHED_HASH_SEED, false)
+        );
+        let store = MemStore::default();
+        assert_eq!(
+            resolve_hash_seed(&store, None, &mut || None),
+            (PUBLISHED_HASH_SEED, false)
+        );
+        assert_eq!(store.get(SEED_KEY), Ok(None));
     }
 }

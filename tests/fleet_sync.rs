@@ -23,7 +23,7 @@ const CHROME: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.
 /// A per-IP limit of 5/s with a burst of `burst` for humans; fleet mode as `fleet`.
 fn config(burst: u32, fleet: &str) -> String {
     format!(
-        r#"{{"verifier":{{"enabled":false}},
+        r#"{{"verifier":{{"enabled":false}},"store":{{"hash_seed":4242}},
             "limits":[{{"name":"human","class":"human","route":"*","rate_per_s":5,"burst":{burst},"key":"client_ip"}}],
             "fleet":{fleet}}}"#
     )
@@ -259,7 +259,7 @@ fn the_overshoot_stays_within_the_stated_bound_over_every_window() {
     let mut worst_share: f64 = 0.0;
     for (replicas, workers, rate, burst, interval_ms, per_s) in cases {
         let json = format!(
-            r#"{{"verifier":{{"enabled":false}},
+            r#"{{"verifier":{{"enabled":false}},"store":{{"hash_seed":4242}},
                 "limits":[{{"name":"human","class":"human","route":"*","rate_per_s":{rate},"burst":{burst},"key":"client_ip"}}],
                 "fleet":{{"enabled":true,"sync_interval_ms":{interval_ms},"timeout_ms":50}}}}"#
         );

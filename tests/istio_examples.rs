@@ -118,7 +118,10 @@ fn check_wasmplugin_doc(rel: &str, wp: &Value, url_scheme: &str) -> crawlguard::
     assert_eq!(cfg.limits, default.limits);
     assert_eq!(cfg.classes, default.classes);
     assert_eq!(cfg.exempt_paths, default.exempt_paths);
-    assert_eq!(cfg.store, default.store);
+    // The store too, but for a seed (the fleet patch sets one: fleet mode needs it).
+    let mut store = cfg.store;
+    store.hash_seed = None;
+    assert_eq!(store, default.store);
     assert_eq!(cfg.rewrite, default.rewrite);
     assert_eq!(cfg.client_ip, default.client_ip);
     assert_eq!(cfg.verifier.timeout_ms, default.verifier.timeout_ms);
@@ -161,13 +164,21 @@ fn the_fleet_patch_turns_fleet_mode_on_and_keeps_the_rest() {
         merge_patch(&mut wp, &patch[0]);
         let after = check_wasmplugin_doc(rel, &wp, scheme);
         assert!(after.fleet.enabled, "{rel}");
-        // Nothing but fleet.enabled changed.
+        // Nothing but fleet.enabled and the seed fleet mode needs changed.
         let mut fleet = after.fleet.clone();
         fleet.enabled = false;
         assert_eq!(fleet, before.fleet, "{rel}");
         assert_eq!(after.limits, before.limits, "{rel}");
         assert_eq!(after.verifier, before.verifier, "{rel}");
-        assert_eq!(after.store, before.store, "{rel}");
+        assert_eq!(before.store.hash_seed, None, "{rel}");
+        assert_eq!(
+            after.store.hash_seed,
+            Some(12_345_678_901_234_567_890),
+            "{rel}"
+        );
+        let mut store = after.store;
+        store.hash_seed = None;
+        assert_eq!(store, before.store, "{rel}");
     }
 }
 

@@ -417,6 +417,7 @@ fn keys(cfg: &crawlguard::config::Config, path: &str, remote: &str) -> RequestKe
         client: client_ip::parse_addr(remote.as_bytes())
             .map(|ip| client_ip::masked(ip, &cfg.client_ip)),
         key_headers: &[],
+        verified_claim: false,
     }
 }
 

@@ -53,7 +53,7 @@ fn readme_documents_every_stat_family() {
     // Every optional family too: shedding (with a route) and fleet mode on.
     let cfg = crawlguard::config::parse(
         br#"{"routes":[{"name":"api","path_prefix":"/api"}],
-             "shedding":{"enabled":true},"fleet":{"enabled":true}}"#,
+             "shedding":{"enabled":true},"fleet":{"enabled":true},"store":{"hash_seed":4242}}"#,
     )
     .expect("config");
     for name in crawlguard::metrics::names(&cfg) {

@@ -286,7 +286,7 @@ fn what_a_log_cannot_tell_is_said() {
     ));
     // Fleet mode: the whole log through one Envoy holding each limit whole (a replica
     // that never synced decides the same).
-    let fleet = r#"{"fleet":{"enabled":true}}"#;
+    let fleet = r#"{"fleet":{"enabled":true},"store":{"hash_seed":4242}}"#;
     let j = replay(fleet, 1.0, &[]);
     assert_eq!(j["fleet_as_one_envoy"], true);
     assert_eq!(class(&j, "unverified_bot"), (919, 220));
@@ -402,4 +402,50 @@ fn binary_output_json_and_errors() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("invalid configuration: mode: unknown variant `off`"));
+}
+
+/// The README's replay transcript is what the command prints: every line it shows (all but
+/// the `$` command and `...` elisions) is a line of the real output, run from the
+/// repository root with the README's own arguments.
+#[test]
+fn the_readme_replay_transcript_is_the_commands_output() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).expect("README");
+    let start = "$ crawlguard replay --config envoy/crawlguard.default.json --speed 60 \\";
+    let block: Vec<&str> = readme
+        .lines()
+        .skip_while(|l| *l != start)
+        .skip(2)
+        .take_while(|l| !l.starts_with("```"))
+        .collect();
+    assert!(block.len() > 30, "README transcript not found");
+    let out = Command::new(BIN)
+        .current_dir(root)
+        .args([
+            "replay",
+            "--config",
+            "envoy/crawlguard.default.json",
+            "--speed",
+            "60",
+            "--ranges",
+            "sidecar/sidecar.example.toml",
+            "../shared/data/elastic-apache-logs/apache_logs",
+        ])
+        .output()
+        .expect("crawlguard runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+    let missing: Vec<&&str> = block
+        .iter()
+        .filter(|l| l.trim() != "..." && !lines.contains(&l.trim_end()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "README lines the command does not print: {missing:#?}"
+    );
 }

@@ -146,7 +146,7 @@ fn cost_limits_settle_at_the_reservation() {
 fn fleet_mode_off_in_the_replay_decides_like_a_replica_that_never_synced() {
     // Replay turns fleet mode off; a replica that has not synced yet (one replica known)
     // holds each limit whole, so it decides the same.
-    let fleet = r#"{"fleet":{"enabled":true}}"#;
+    let fleet = r#"{"fleet":{"enabled":true},"store":{"hash_seed":4242}}"#;
     assert_eq!(
         agree_with(fleet, |c| c.fleet.enabled = false),
         (9_999, 337, 0)

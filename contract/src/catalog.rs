@@ -296,7 +296,8 @@ impl Catalog {
                 return err(
                     "fcrdns_domains",
                     format!(
-                        "{d:?} is no proof: anyone can rent a machine under {} ({})",
+                        "{d:?} is no proof: it is in or contains {}, under which anyone can \
+                         rent a machine ({})",
                         z.zone, z.provider
                     ),
                 );
@@ -843,14 +844,15 @@ mod tests {
             refused(&verified(
                 r#","fcrdns_domains":["x.example","googleusercontent.com"]"#
             )),
-            "bots[0] (x).fcrdns_domains: \"googleusercontent.com\" is no proof: anyone can \
-             rent a machine under googleusercontent.com (Google Cloud (Compute Engine VMs: \
-             <ip>.bc.googleusercontent.com; App Engine: *.gae.googleusercontent.com))"
+            "bots[0] (x).fcrdns_domains: \"googleusercontent.com\" is no proof: it is in or \
+             contains googleusercontent.com, under which anyone can rent a machine (Google \
+             Cloud (Compute Engine VMs: <ip>.bc.googleusercontent.com; App Engine: \
+             *.gae.googleusercontent.com))"
         );
         assert!(refused(&verified(
             r#","fcrdns_domains":["compute-1.amazonaws.com"]"#
         ))
-        .contains("anyone can rent a machine under amazonaws.com"));
+        .contains("it is in or contains amazonaws.com, under which"));
         assert_eq!(
             refused(&verified(r#","range_urls":["http://x.example/x.json"]"#)),
             "bots[0] (x).range_urls: \"http://x.example/x.json\" is not a plain https:// URL"

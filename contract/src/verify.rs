@@ -9,8 +9,8 @@
 //!
 //! Compatibility rule, so that a newer sidecar never unverifies crawlers on an older filter
 //! (or the other way round): a reader ignores fields it does not know, reads a missing
-//! `method` as `none` and a missing `host` as `""`, and carries a `method` value it does not
-//! know as [`Method::Other`] (the method is information; the verdict decides). `verdict`
+//! `method` as `none` and a missing `host` as `""`, and carries a `method` string it does not
+//! know as [`Method::Other`] (a `method` that is not a string is malformed) (the method is information; the verdict decides). `verdict`
 //! keeps exactly its three values: what a new kind of answer needs goes into a new field,
 //! never into a new verdict value, which a reader refuses (a verifier error, never a
 //! verdict).

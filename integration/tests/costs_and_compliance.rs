@@ -290,3 +290,55 @@ async fn a_limit_in_shadow_mode_counts_while_the_others_enforce() {
     assert_eq!(envoy.counter("crawlguard.class.human.limited").await, 2);
     assert_eq!(up.requests().await.len(), 4);
 }
+
+/// A verified claim whose class is not a crawler class (AdsBot-Google is `other_bot`) does
+/// not escalate either, though `other_bot` escalates here; a declared bot of the same class
+/// that nobody verified does.
+#[tokio::test]
+async fn a_verified_other_bot_never_escalates_but_a_declared_one_does() {
+    let up = TestUpstream::start().await;
+    let cfg = json!({
+        "classes": {"other_bot": {
+            "retry_after": {"min_s": 1, "max_s": 1, "jitter_s": 0},
+            "escalation": {"enabled": true, "after_ignored": 1, "factor": 2, "max_s": 8, "decay_s": 60}
+        }},
+        "limits": [{"name": "bots", "class": "other_bot", "route": "*", "rate_per_s": 0.001,
+                    "burst": 1, "key": "client_ip"}]
+    });
+    let envoy = Envoy::start(
+        EnvoyOpts::with_config(cfg)
+            .in_front_of(&up)
+            .fake_verifier(vec![("127.0.0.8", "adsbot-google", "verified")]),
+    )
+    .await;
+    let url = envoy.url("/");
+    let adsbot = client(ip(8));
+    const UA_ADSBOT: &str = "AdsBot-Google (+http://www.google.com/adsbot.html)";
+    let mut ras = Vec::new();
+    for _ in 0..6 {
+        let r = get(&adsbot, &url, UA_ADSBOT, &[]).await;
+        assert_eq!(r.upstream_class().or(Some("other_bot")), Some("other_bot"));
+        ras.push((r.status, r.retry_after_s()));
+    }
+    assert_eq!(ras[0], (200, None));
+    assert_eq!(ras[1..], [(429, Some(1)); 5]);
+    assert_eq!(
+        envoy.counter("crawlguard.class.other_bot.escalated").await,
+        0
+    );
+    // The control: a declared bot nobody verified, same class, same flood.
+    let declared = client(ip(9));
+    let mut ras = Vec::new();
+    for _ in 0..6 {
+        ras.push(
+            get(&declared, &url, "ExampleBot/1.0", &[])
+                .await
+                .retry_after_s(),
+        );
+    }
+    assert_eq!(ras, [None, Some(1), Some(2), Some(4), Some(8), Some(8)]);
+    assert_eq!(
+        envoy.counter("crawlguard.class.other_bot.escalated").await,
+        4
+    );
+}

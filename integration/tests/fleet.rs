@@ -31,6 +31,8 @@ fn config(fleet: bool, rate_per_s: f64, burst: u32) -> Value {
     json!({
         "limits": [{"name": "human", "class": "human", "route": "*",
                     "rate_per_s": rate_per_s, "burst": burst, "key": "client_ip"}],
+        // Fleet mode needs one hash seed on every replica.
+        "store": {"hash_seed": 4242},
         "fleet": {"enabled": fleet, "sync_interval_ms": SYNC_MS,
                   "timeout_ms": SYNC_TIMEOUT_MS, "degraded_share": "split"},
     })

@@ -426,3 +426,32 @@ async fn store_change_resets_every_bucket_and_says_so() {
     assert_eq!(after_seed, fresh);
     assert_eq!(log_count(&envoy, "every rate-limit bucket starts full"), 2);
 }
+
+// ---------------------------------------------------------------------------------------
+// An unset hash seed is drawn once per Envoy and kept
+// ---------------------------------------------------------------------------------------
+
+/// Without `store.hash_seed` each Envoy draws a secret seed at its first load (planned
+/// collisions: tests/planned_collisions.rs). It is kept in shared data, so every worker
+/// hashes alike (the exact counts of five clients over two workers) and a reload keeps it:
+/// the buckets survive, and nothing about the seed is logged.
+#[tokio::test]
+async fn a_drawn_hash_seed_is_kept_across_reloads() {
+    let cfg = |ratelimit_headers: bool| {
+        json!({
+            "verifier": {"enabled": false},
+            "ratelimit_headers": ratelimit_headers,
+            "store": {"slots": 64},
+            "limits": [per_ip("per_ip", 0.001, 2)]
+        })
+    };
+    let envoy = Envoy::start(EnvoyOpts::with_config(cfg(false)).lds()).await;
+    assert_eq!(five_clients(&envoy).await, vec![vec![200, 200, 429]; 5]);
+    envoy
+        .push_filter_config(cfg(true))
+        .await
+        .expect("config with ratelimit headers accepted");
+    assert_eq!(five_clients(&envoy).await, vec![vec![429, 429, 429]; 5]);
+    assert_eq!(log_count(&envoy, "store.hash_seed"), 0);
+    assert_eq!(log_count(&envoy, "every rate-limit bucket starts full"), 0);
+}

@@ -383,8 +383,8 @@ impl Config {
                 }
                 if let Some(z) = cloud_customer_zone(&normalize_name(d)) {
                     return err(format!(
-                        "bots[{i}].domains[{j}]: {d:?} is no proof: anyone can rent a machine \
-                         under {} ({})",
+                        "bots[{i}].domains[{j}]: {d:?} is no proof: it is in or contains {}, \
+                         under which anyone can rent a machine ({})",
                         z.zone, z.provider
                     ));
                 }
@@ -541,7 +541,7 @@ mod tests {
             let e = c.validate().unwrap_err().0;
             assert!(e.starts_with("bots[0].domains["), "{e}");
             assert!(
-                e.contains(&format!("anyone can rent a machine under {zone}")),
+                e.contains(&format!("it is in or contains {zone}, under which")),
                 "{e}"
             );
         }

@@ -59,8 +59,16 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     found.extend(warnings::uncovered_classes(&limits, &raw.routes, raw.mode));
     found.extend(warnings::robots_txt_not_exempt(&exempt_paths));
     compile_store(&raw.store)?;
+    found.extend(warnings::published_hash_seed(&raw.store));
     compile_verifier(&raw.verifier)?;
     compile_fleet(&raw.fleet)?;
+    if raw.fleet.enabled && raw.store.hash_seed.is_none() {
+        return Err(err(
+            "store.hash_seed",
+            "required when fleet.enabled: every replica must hash a client to the same fleet \
+             key; set the same secret random u64 on every replica",
+        ));
+    }
     let shedding = compile_shedding(&raw.shedding, &raw.routes, raw.mode)?;
     compile_rewrite(&raw.rewrite, &shedding.retry_after)?;
     let degraded = match &raw.degraded {

@@ -125,7 +125,7 @@ impl Default for StoreConfig {
         StoreConfig {
             slots: 65_536,
             cas_retries: 8,
-            hash_seed: 0x6372_6177_6c67_7561,
+            hash_seed: None,
             fallback_buckets: 10_000,
         }
     }

@@ -207,8 +207,12 @@ pub struct StoreConfig {
     pub slots: u32,
     /// Extra attempts after a CAS mismatch before falling back to the local bucket (0..=32).
     pub cas_retries: u32,
-    /// Seed of the key hash; set it per deployment so slot collisions cannot be planned.
-    pub hash_seed: u64,
+    /// Seed of the key hash. `None` (the default): each Envoy draws a random one at its first
+    /// load and keeps it in shared data across configuration reloads
+    /// ([`crate::store::resolve_hash_seed`]), so slot collisions cannot be planned from
+    /// the source; required in fleet mode, where every replica must hash alike. `on_configure`
+    /// resolves it before the workers are built, so the limiter always sees `Some`.
+    pub hash_seed: Option<u64>,
     /// Capacity of the per-worker fallback bucket map used when the shared store fails.
     pub fallback_buckets: u32,
 }

@@ -738,3 +738,35 @@ fn escalation_is_refused_for_the_crawler_classes_only() {
     ));
     assert_parse_outcomes(&cases);
 }
+
+#[test]
+fn fleet_mode_needs_a_hash_seed_and_the_published_one_is_warned_about() {
+    let fleet = r#"{"fleet":{"enabled":true}}"#;
+    assert_parse_outcomes(&[
+        (
+            fleet.to_string(),
+            "store.hash_seed: required when fleet.enabled: every replica must hash a client \
+             to the same fleet key; set the same secret random u64 on every replica"
+                .to_string(),
+        ),
+        (
+            r#"{"fleet":{"enabled":true},"store":{"hash_seed":12345}}"#.to_string(),
+            "<accepted>".to_string(),
+        ),
+    ]);
+    let unset = parse(b"").expect("default");
+    assert_eq!(unset.store.hash_seed, None);
+    assert!(unset
+        .warnings
+        .iter()
+        .all(|w| !w.starts_with("store.hash_seed")));
+    let published = parse(br#"{"store":{"hash_seed":7165897122647602529}}"#).expect("loads");
+    assert_eq!(
+        published
+            .warnings
+            .iter()
+            .filter(|w| w.starts_with("store.hash_seed: is the seed published"))
+            .count(),
+        1
+    );
+}

@@ -4,9 +4,11 @@
 //! None refuses the configuration.
 
 use super::defaults::default_limits;
+use super::StoreConfig;
 use super::{ClassPolicy, Limit, Mode, Route, DEFAULT_ROUTE};
 use crate::bucket::NS_PER_S;
 use crate::class::Class;
+use crate::store::PUBLISHED_HASH_SEED;
 
 /// One warning per (limit, class it applies to) whose refill interval, `1 / rate_per_s`, is
 /// longer than the class's `retry_after.max_s`: a client that waits the clamped Retry-After
@@ -107,4 +109,15 @@ pub(super) fn robots_txt_not_exempt(exempt_paths: &[String]) -> Option<String> {
          configuration's own list replaces the default"
             .into(),
     )
+}
+
+/// A warning when `store.hash_seed` is the seed published in crawlguard's source (the old
+/// default, and what offline tools use): anyone can compute keys that collide in the slot
+/// table and push a client onto the per-worker fallback.
+pub(super) fn published_hash_seed(store: &StoreConfig) -> Option<String> {
+    (store.hash_seed == Some(PUBLISHED_HASH_SEED)).then(|| {
+        "store.hash_seed: is the seed published in crawlguard's source, so anyone can plan \
+         slot collisions; remove it (each Envoy then draws a random one) or set a secret one"
+            .to_string()
+    })
 }
