@@ -710,10 +710,8 @@ mod tests {
         );
         assert_eq!(
             bot(&c, "feedfetcher-google").range_urls,
-            [
-                format!("{G}user-triggered-fetchers.json"),
-                format!("{G}user-triggered-fetchers-google.json")
-            ]
+            // Not user-triggered-fetchers.json: user-owned fetchers, App Engine apps.
+            [format!("{G}user-triggered-fetchers-google.json")]
         );
         assert!(bot(&c, "google-favicon").range_urls.is_empty());
         assert_eq!(bot(&c, "bingbot").fcrdns_domains, ["search.msn.com"]);

@@ -60,6 +60,26 @@ pub const CLOUD_CUSTOMER_REVERSE_ZONES: &[CloudZone] = &[
         zone: "contaboserver.net",
         provider: "Contabo (vmi<n>.contaboserver.net)",
     },
+    CloudZone {
+        zone: "vps.ovh.net",
+        provider: "OVHcloud (vps-<id>.vps.ovh.net)",
+    },
+    CloudZone {
+        zone: "scw.cloud",
+        provider: "Scaleway (<id>.instances.scw.cloud)",
+    },
+    CloudZone {
+        zone: "sl-reverse.com",
+        provider: "IBM Cloud classic / SoftLayer (<ip>.sl-reverse.com)",
+    },
+    CloudZone {
+        zone: "upcloud.host",
+        provider: "UpCloud (<ip>.upcloud.host)",
+    },
+    CloudZone {
+        zone: "hstgr.cloud",
+        provider: "Hostinger VPS (srv<n>.hstgr.cloud)",
+    },
 ];
 
 /// The cloud-customer zone that `domain` lies in or contains, if any: `domain` equals a zone,

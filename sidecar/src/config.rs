@@ -629,7 +629,11 @@ mod tests {
         );
         let urls: std::collections::BTreeSet<&RangeSource> =
             cat.values().flat_map(|m| m.ranges.iter()).collect();
-        assert_eq!(urls.len(), 15);
+        assert_eq!(
+            urls.len(),
+            14,
+            "user-triggered-fetchers.json is no longer one"
+        );
         assert!(urls.iter().all(|s| s.is_url()));
         let off = Config::from_toml("[ranges]\nbuiltin_urls = false\n").unwrap();
         let cat = off.catalog().unwrap();
@@ -741,7 +745,7 @@ mod tests {
             .values()
             .flat_map(|m| m.ranges.iter().cloned())
             .collect();
-        assert_eq!(sources.len(), 8);
+        assert_eq!(sources.len(), 7);
         assert!(sources.iter().all(|s| !s.is_url()), "{sources:?}");
         let store = crate::ranges::RangeStore::new(sources);
         for (path, outcome) in store.refresh_files() {

@@ -879,7 +879,7 @@ fn print_default_config_is_a_valid_config() {
         String::from_utf8_lossy(&check.stderr)
     );
     assert!(
-        stdout.starts_with("configuration ok: 56 bots, 0 range files, 15 range URLs"),
+        stdout.starts_with("configuration ok: 56 bots, 0 range files, 14 range URLs"),
         "{stdout}"
     );
 }
