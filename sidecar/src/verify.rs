@@ -164,6 +164,16 @@ pub struct VerifierSettings {
 
 type Key = (IpAddr, String);
 
+/// How long a claim FCrDNS verified keeps its priority for lookup slots: a week, longer
+/// than any verdict lives, so a crawler whose verdict expired during a flood still has it.
+pub const VERIFIED_MEMORY: Duration = Duration::from_secs(7 * 86_400);
+
+/// Lookup slots reserved for claims verified before, besides `dns.max_concurrent_lookups`:
+/// a quarter of them, at least one.
+pub fn reserved_lookup_slots(max_concurrent_lookups: usize) -> usize {
+    (max_concurrent_lookups / 4).max(1)
+}
+
 #[derive(Debug)]
 struct Cached {
     outcome: Outcome,
@@ -205,6 +215,11 @@ pub struct Verifier<R: Resolve> {
     catalog: BTreeMap<String, BotMethods>,
     cache: Cache<Key, Arc<Cached>>,
     lookups: Semaphore,
+    /// Lookup slots only claims verified before may use, so a flood of claims whose
+    /// zones never answer cannot starve a real crawler's re-verification.
+    reserved_lookups: Semaphore,
+    /// The claims FCrDNS verified in the last [`VERIFIED_MEMORY`] (bounded like the cache).
+    verified_before: Cache<Key, ()>,
     settings: VerifierSettings,
     metrics: Arc<Metrics>,
 }
@@ -229,6 +244,13 @@ impl<R: Resolve> Verifier<R> {
             catalog,
             cache,
             lookups: Semaphore::new(settings.max_concurrent_lookups),
+            reserved_lookups: Semaphore::new(reserved_lookup_slots(
+                settings.max_concurrent_lookups,
+            )),
+            verified_before: Cache::builder()
+                .max_capacity(settings.cache_max_entries)
+                .time_to_live(VERIFIED_MEMORY)
+                .build(),
             settings,
             metrics,
         }
@@ -359,7 +381,7 @@ impl<R: Resolve> Verifier<R> {
         }
         if !methods.domains.is_empty() {
             let Some(shared) = &self.shared else {
-                return Ok((self.resolve(ip, methods).await?, None));
+                return Ok((self.resolve(ip, bot, methods).await?, None));
             };
             let shared_verdict = shared.get_verdict(bot, ip).await.filter(|(v, _)| {
                 // A verified verdict another sidecar stored counts only while its PTR name
@@ -379,7 +401,7 @@ impl<R: Resolve> Verifier<R> {
                 };
                 return Ok((outcome, Some(ttl)));
             }
-            let outcome = self.resolve(ip, methods).await?;
+            let outcome = self.resolve(ip, bot, methods).await?;
             if outcome.verdict != Verdict::Unknown {
                 let verdict = SharedVerdict {
                     verdict: outcome.verdict,
@@ -399,24 +421,45 @@ impl<R: Resolve> Verifier<R> {
         Ok((outcome, None))
     }
 
-    /// FCrDNS with a lookup slot ([`VerifyError::Overloaded`] when none frees up in time).
-    async fn resolve(&self, ip: IpAddr, methods: &BotMethods) -> Result<Outcome, VerifyError> {
-        let permit =
-            tokio::time::timeout(self.settings.lookup_slot_wait, self.lookups.acquire()).await;
+    /// FCrDNS with a lookup slot ([`VerifyError::Overloaded`] when none frees up in time). A
+    /// claim verified before may also take one of the reserved slots, whichever frees first.
+    async fn resolve(
+        &self,
+        ip: IpAddr,
+        bot: &str,
+        methods: &BotMethods,
+    ) -> Result<Outcome, VerifyError> {
+        let key = (ip, bot.to_string());
+        let known = self.verified_before.contains_key(&key);
+        let permit = tokio::time::timeout(self.settings.lookup_slot_wait, async {
+            if known {
+                tokio::select! {
+                    p = self.lookups.acquire() => p,
+                    p = self.reserved_lookups.acquire() => p,
+                }
+            } else {
+                self.lookups.acquire().await
+            }
+        })
+        .await;
         let Ok(Ok(_permit)) = permit else {
             // Overloaded: better a quick error (the filter keeps a stale verdict) than a
             // queue that outlives the filter's callout timeout.
             self.metrics.lookups_rejected.inc();
             return Err(VerifyError::Overloaded);
         };
-        fcrdns(
+        let outcome = fcrdns(
             self.resolver.as_ref(),
             &self.metrics,
             ip,
             &methods.domains,
             self.settings.max_ptr_names,
         )
-        .await
+        .await?;
+        if outcome.verdict == Verdict::Verified {
+            self.verified_before.insert(key, ()).await;
+        }
+        Ok(outcome)
     }
 }
 
@@ -954,6 +997,50 @@ pub(crate) mod tests {
         }
         assert_eq!(v.resolver.reverse_calls.load(Ordering::SeqCst), 1);
         assert_eq!(v.resolver.forward_calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_claim_verified_before_gets_a_reserved_slot_while_a_flood_holds_the_others() {
+        // 66.249.66.9's zone never answers in time (the flood); IP is a real crawler.
+        let mut r = FakeResolver::default()
+            .ptr(IP, Ok(&["crawl.googlebot.com"]))
+            .ptr("66.249.66.9", Ok(&["slow.example.net"]))
+            .fwd("crawl.googlebot.com", Ok(&[IP]));
+        r.delay = Duration::from_millis(300);
+        let mut s = settings();
+        s.max_concurrent_lookups = 1;
+        s.lookup_slot_wait = Duration::from_millis(100);
+        assert_eq!(reserved_lookup_slots(1), 1);
+        let v = Arc::new(verifier_with(
+            r,
+            vec![("googlebot", google())],
+            Arc::new(RangeStore::default()),
+            s,
+        ));
+        // Verified once; then its verdict expires (dropped from the cache).
+        let first = v.verify(IP.parse().unwrap(), "googlebot").await.unwrap();
+        assert_eq!(first.verdict, Verdict::Verified);
+        v.cache.invalidate_all();
+        v.cache.run_pending_tasks().await;
+        // The flood takes the only general slot.
+        let flood = {
+            let v = v.clone();
+            tokio::spawn(async move { v.verify("66.249.66.9".parse().unwrap(), "googlebot").await })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while v.lookups.available_permits() > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the flood's lookup never started"
+            );
+            tokio::task::yield_now().await;
+        }
+        // A claim never verified waits in vain; the crawler gets the reserved slot.
+        let stranger = v.verify("66.249.66.10".parse().unwrap(), "googlebot").await;
+        assert_eq!(stranger, Err(VerifyError::Overloaded));
+        let again = v.verify(IP.parse().unwrap(), "googlebot").await.unwrap();
+        assert_eq!(again.verdict, Verdict::Verified);
+        let _ = flood.await;
     }
 
     #[tokio::test]
