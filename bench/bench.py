@@ -330,6 +330,7 @@ CONFIGS = {
     # by throughput()); verifier callouts, none on this path, to the fake verifier.
     "cg_fleet": (wasm_filter(CG_WASM, json.dumps({
         "fleet": {"enabled": True, "cluster": "crawlguard_fleet", "sync_interval_ms": 500},
+        "store": {"hash_seed": 4242},
         "limits": [limit("human_per_ip", "human", BIG, BIG),
                    limit("all_global", "*", BIG, BIG, "global")]})), "", UA_CHROME),
 }

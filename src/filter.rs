@@ -163,6 +163,17 @@ impl HttpContext for Filter {
         }
     }
 
+    fn on_http_request_body(&mut self, _n: usize, end_of_stream: bool) -> Action {
+        // Only the end matters: the origin's clock starts when it has the whole request.
+        // Continue, as without this callback (a paused request stays paused on headers).
+        if end_of_stream {
+            if let Ok(mut st) = self.state.try_borrow_mut() {
+                st.on_request_body_end(&mut self.host);
+            }
+        }
+        Action::Continue
+    }
+
     fn on_http_response_headers(&mut self, _n: usize, eos: bool) -> Action {
         let Some(w) = self.worker.as_deref() else {
             return Action::Continue;

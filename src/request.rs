@@ -78,8 +78,8 @@ pub struct Facts {
     /// The path (query ignored) is in `exempt_paths`.
     pub exempt: bool,
     /// The class a verifiable crawler claim asks for (a catalog bot with `verify: true`),
-    /// once classified: a request that gets it was verified (or trusted on a verifier
-    /// error with `on_error: claimed_class`), and never escalates.
+    /// once classified: with `on_error: unverified_bot` (the default) a request that gets
+    /// it was verified, and never escalates.
     pub claimed: Option<Class>,
 }
 
@@ -243,7 +243,11 @@ impl RequestState {
             route: facts.route,
             client: facts.client_prefix,
             key_headers: &key_headers,
-            verified_claim: facts.claimed == Some(class),
+            // Under `on_error: claimed_class` the claimed class may stand in for a verdict
+            // the verifier never gave (an attacker can make its own lookup fail), so only
+            // with the default `unverified_bot` does the class prove a verified claim.
+            verified_claim: facts.claimed == Some(class)
+                && cfg.verifier.on_error == crate::config::OnError::UnverifiedBot,
         };
         let mut out = match w.limiter.try_borrow_mut() {
             Ok(mut lim) => limiter::decide(
@@ -402,6 +406,19 @@ impl RequestState {
         };
         host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
         Step::Continue
+    }
+
+    /// The request's body ended (it had one): the origin's latency, for shedding, counts
+    /// from now, never the time the client took to send its body (a client trickling a
+    /// body would otherwise make a fast origin look slow and shed everyone).
+    pub fn on_request_body_end(&mut self, host: &mut dyn Host) {
+        if let Phase::Forwarded {
+            sent_at_ns: Some(sent),
+            ..
+        } = &mut self.phase
+        {
+            *sent = host.now_ns().unwrap_or(*sent);
+        }
     }
 
     /// Response headers arrived: replaces an upstream rejection (or a degraded page for a

@@ -93,7 +93,9 @@ pub const PUBLISHED_HASH_SEED: u64 = 0x6372_6177_6c67_7561;
 /// The hash seed in force, and whether it is secret: `configured` when set; else the seed
 /// this Envoy drew at its first load and kept in shared data ([`SEED_KEY`], which outlives
 /// configurations while the `vm_id` stays the same, so every worker and every reload hashes
-/// alike); else `draw()`, stored for the others (the first writer wins a race). Only when
+/// alike); else `draw()`, stored for the others and read back (two first loads that both
+/// write take whatever was stored last when they read; Envoy runs the main thread's load
+/// before the workers', which then find the seed). Only when
 /// shared data fails, or `draw` does, is it [`PUBLISHED_HASH_SEED`] (`false`: the caller
 /// warns), never a per-worker seed, which would split every bucket by worker.
 pub fn resolve_hash_seed(
@@ -116,7 +118,9 @@ pub fn resolve_hash_seed(
         };
         let Some(seed) = draw() else { break };
         match store.set(SEED_KEY, &seed.to_le_bytes(), cas) {
-            Ok(()) => return (seed, true),
+            // Read back, not assumed: a first write (CAS 0) overwrites unconditionally, so
+            // two workers' first loads may both write; each takes what is stored.
+            Ok(()) => continue,
             Err(StoreError::CasMismatch) => continue,
             Err(StoreError::Host(_)) => break,
         }

@@ -100,58 +100,25 @@ pub fn check(bytes: &[u8]) -> Result<Vec<Checked>, InputError> {
 /// limit, and serde_json's, so nothing a parser would accept is refused.
 pub const MAX_YAML_DEPTH: usize = 128;
 
-/// The 1-based line where `text`'s flow collections first nest deeper than `max`, if they
-/// do. Brackets inside quoted scalars (a quote that starts a token) and comments do not
-/// count. One pass, no allocation: bounds the work before the parser runs.
+/// The 1-based line where `text`'s `[`/`{` first nest deeper than `max`, if they do. Every
+/// bracket counts, in quoted and block scalars and comments too: telling those apart needs
+/// the parser's own rules (a quote starts a scalar only at its start), and a guess lets a
+/// stray quote hide the nesting that follows it. A configuration has no reason to hold 129
+/// unclosed brackets in a row, even as text. One pass, no allocation.
 fn flow_nesting_exceeds(text: &str, max: usize) -> Option<usize> {
     let (mut depth, mut line) = (0usize, 1usize);
-    let mut quote: Option<u8> = None;
-    let mut comment = false;
-    let mut prev = b'\n';
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        if b == b'\n' {
-            line += 1;
-            comment = false;
-        }
-        match quote {
-            _ if comment => {}
-            Some(b'"') if b == b'\\' => {
-                // An escape: the next byte is taken as it is.
-                i += 1;
-                if bytes.get(i) == Some(&b'\n') {
-                    line += 1;
+    for b in text.bytes() {
+        match b {
+            b'\n' => line += 1,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Some(line);
                 }
             }
-            Some(q) if b == q => {
-                // '' inside a single-quoted scalar is an escaped quote.
-                if q == b'\'' && bytes.get(i + 1) == Some(&b'\'') {
-                    i += 1;
-                } else {
-                    quote = None;
-                }
-            }
-            Some(_) => {}
-            None => match b {
-                b'#' if prev.is_ascii_whitespace() => comment = true,
-                b'"' | b'\''
-                    if matches!(prev, b' ' | b'\t' | b'\n' | b'[' | b'{' | b',' | b':') =>
-                {
-                    quote = Some(b)
-                }
-                b'[' | b'{' => {
-                    depth += 1;
-                    if depth > max {
-                        return Some(line);
-                    }
-                }
-                b']' | b'}' => depth = depth.saturating_sub(1),
-                _ => {}
-            },
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
         }
-        prev = b;
-        i += 1;
     }
     None
 }
@@ -211,21 +178,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn flow_nesting_is_bounded_outside_quotes_and_comments() {
+    fn flow_nesting_is_bounded_wherever_the_brackets_are() {
         let nested = |n: usize| format!("a: {}{}\n", "[".repeat(n), "]".repeat(n));
         assert_eq!(flow_nesting_exceeds(&nested(128), 128), None);
         assert_eq!(flow_nesting_exceeds(&nested(129), 128), Some(1));
         let deep_maps = format!("x: 1\ny: {}1{}\n", "{k: ".repeat(200), "}".repeat(200));
         assert_eq!(flow_nesting_exceeds(&deep_maps, 128), Some(2));
-        // Brackets in quoted scalars and comments are text.
-        let quoted = format!(
-            "a: \"{0}\"\nb: '{0}'\nc: 'it''s {0}'\n# {0}\nd: \"\\\" {0}\"\n",
-            "[".repeat(300)
-        );
-        assert_eq!(flow_nesting_exceeds(&quoted, 128), None);
-        // A plain scalar's apostrophe starts no quote: the brackets after it count.
-        let plain = format!("a: don't {}\n", "[".repeat(129));
-        assert_eq!(flow_nesting_exceeds(&plain, 128), Some(1));
+        // A stray quote or a comment hides nothing (the review's bypass: `k: a 'b`).
+        for prefix in [
+            "k: a 'b\nm: ",
+            "k: say \"hi\nm: ",
+            "# '\nm: ",
+            "k: \"x #\", ",
+        ] {
+            let text = format!("{prefix}{}{}\n", "[".repeat(200), "]".repeat(200));
+            assert!(flow_nesting_exceeds(&text, 128).is_some(), "{prefix:?}");
+        }
+        // Many brackets that close again are fine, however many.
+        let wide = "[[]] ".repeat(10_000);
+        assert_eq!(flow_nesting_exceeds(&wide, 128), None);
     }
 
     #[test]

@@ -13,7 +13,7 @@ const CHROME: &str = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML,
 const CONFIG: &str = r#"{
   "limits":[{"name":"h","class":"human","route":"*","rate_per_s":5,"burst":10,"key":"client_ip"},
             {"name":"g","class":"*","route":"*","rate_per_s":100,"burst":100,"key":"global"}],
-  "store":{"slots":64},"verifier":{"enabled":false,"cache_slots":16},
+  "store":{"slots":64,"hash_seed":4242},"verifier":{"enabled":false,"cache_slots":16},
   "fleet":{"enabled":true}}"#;
 
 fuzz_target!(|body: &[u8]| {

@@ -342,3 +342,47 @@ async fn a_verified_other_bot_never_escalates_but_a_declared_one_does() {
         4
     );
 }
+
+/// With `on_error: claimed_class`, an AdsBot-Google claim the verifier could not check (the
+/// fake verifier knows nothing of it: a verifier error) gets `other_bot` as claimed, but
+/// nothing proves it verified, so it escalates like any `other_bot`: anyone can make their
+/// own lookup fail.
+#[tokio::test]
+async fn a_claim_trusted_on_a_verifier_error_is_no_verified_claim() {
+    let up = TestUpstream::start().await;
+    let cfg = json!({
+        "verifier": {"on_error": "claimed_class"},
+        "classes": {"other_bot": {
+            "retry_after": {"min_s": 1, "max_s": 1, "jitter_s": 0},
+            "escalation": {"enabled": true, "after_ignored": 1, "factor": 2, "max_s": 8, "decay_s": 60}
+        }},
+        "limits": [{"name": "bots", "class": "other_bot", "route": "*", "rate_per_s": 0.001,
+                    "burst": 1, "key": "client_ip"}]
+    });
+    let envoy = Envoy::start(
+        EnvoyOpts::with_config(cfg)
+            .in_front_of(&up)
+            .fake_verifier(vec![("127.0.0.99", "adsbot-google", "verified")]),
+    )
+    .await;
+    let url = envoy.url("/");
+    let c = client(ip(12));
+    let mut ras = Vec::new();
+    for _ in 0..6 {
+        let r = get(
+            &c,
+            &url,
+            "AdsBot-Google (+http://www.google.com/adsbot.html)",
+            &[],
+        )
+        .await;
+        ras.push(r.retry_after_s());
+    }
+    assert_eq!(ras, [None, Some(1), Some(2), Some(4), Some(8), Some(8)]);
+    envoy
+        .assert_counters(&[
+            ("crawlguard.class.other_bot.escalated", 4),
+            ("crawlguard.verify.verified", 0),
+        ])
+        .await;
+}

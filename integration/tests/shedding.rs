@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crawlguard_integration::{
-    client, get, ip, Envoy, EnvoyOpts, TestUpstream, UA_CHROME, UA_CURL, UA_GOOGLEBOT,
+    client, get, ip, Envoy, EnvoyOpts, RawHttp1, TestUpstream, UA_CHROME, UA_CURL, UA_GOOGLEBOT,
 };
 use serde_json::{json, Value};
 
@@ -295,4 +295,65 @@ async fn shadow_mode_counts_would_be_sheds_and_sheds_nothing() {
     // Every request reached the origin.
     assert_eq!(up.requests().await.len(), sent);
     envoy.assert_log_clean();
+}
+
+/// One client sends 16-byte POST bodies one byte per 100 ms to an origin that reads the
+/// body and then answers at once. The origin is fast: its latency counts from the end of
+/// the request body, so nothing is shed. (Counted from the request headers, the trickle's
+/// 1.6 s made the origin look slow and shed everyone.)
+#[tokio::test]
+async fn a_client_trickling_its_body_does_not_make_a_fast_origin_look_slow() {
+    let (envoy, _up) = start("enforce", 2).await;
+    let to = envoy.main_addr();
+    let post = format!(
+        "POST /form?read_body=1 HTTP/1.1\r\nhost: shed.test\r\nuser-agent: {UA_CHROME}\r\n\
+         content-length: 16\r\n\r\n"
+    );
+    // Three waves of eight trickled POSTs: 24 responses, each after 1.6 s of body.
+    let clients = tokio::spawn(async move {
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            let mut wave = Vec::new();
+            for c in 0..8u8 {
+                let post = post.clone();
+                wave.push(tokio::spawn(async move {
+                    let mut conn = RawHttp1::connect(ip(20 + c), to).await;
+                    conn.send(post.as_bytes()).await;
+                    for _ in 0..16 {
+                        // The trickle is the behaviour under test, not a synchronisation.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        conn.send(b"x").await;
+                    }
+                    conn.read_response().await.status
+                }));
+            }
+            for w in wave {
+                statuses.push(w.await.expect("client"));
+            }
+        }
+        statuses
+    });
+    // The level, sampled while the clients run and for one more judgement (window_s 2,
+    // step_s 1) after the last response.
+    let level = || async {
+        envoy
+            .stat_now("wasmcustom.crawlguard.shed.default.level")
+            .await
+            .unwrap_or(0)
+    };
+    let mut max_level = 0;
+    while !clients.is_finished() {
+        max_level = max_level.max(level().await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = Instant::now();
+    while after.elapsed() < Duration::from_secs(3) {
+        max_level = max_level.max(level().await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(clients.await.expect("clients"), vec![200; 24]);
+    assert_eq!(max_level, 0, "the shed level rose");
+    envoy
+        .assert_counters(&[("crawlguard.class.human.shed", 0)])
+        .await;
 }

@@ -384,14 +384,18 @@ impl<R: Resolve> Verifier<R> {
                 return Ok((self.resolve(ip, bot, methods).await?, None));
             };
             let shared_verdict = shared.get_verdict(bot, ip).await.filter(|(v, _)| {
-                // A verified verdict another sidecar stored counts only while its PTR name
-                // passes this sidecar's domains: one stored under an older catalog (a Google
-                // Cloud VM's bc.googleusercontent.com name) is resolved again, and replaced.
-                v.verdict != Verdict::Verified
-                    || v.method != Method::Fcrdns
-                    || matches_any(&v.host, &methods.domains)
+                // Sidecars share FCrDNS verdicts only, and a verified one counts only while
+                // its PTR name passes this sidecar's domains: one stored under an older
+                // catalog (a Google Cloud VM's bc.googleusercontent.com name), or with
+                // another method, is resolved again, and replaced.
+                v.method == Method::Fcrdns
+                    && (v.verdict != Verdict::Verified || matches_any(&v.host, &methods.domains))
             });
             if let Some((v, remaining)) = shared_verdict {
+                if v.verdict == Verdict::Verified {
+                    // Known to the fleet: priority for lookups here too.
+                    self.verified_before.insert((ip, bot.to_string()), ()).await;
+                }
                 // Never longer than this sidecar would keep it.
                 let ttl = remaining.min(self.ttl_of(v.verdict));
                 let outcome = Outcome {

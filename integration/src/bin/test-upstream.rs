@@ -29,6 +29,7 @@
 //! | `chunk_delay_ms` | `0` | pause between two chunks |
 //! | `chunked` | `0` | `1`: no `content-length`; HTTP/1.1 uses `Transfer-Encoding: chunked` |
 //! | `delay_ms` | `0` | pause before the response headers |
+//! | `read_body` | `0` | `1`: read the whole request body before answering, as an origin that parses a form or JSON does |
 //!
 //! Example: `/?status=503&header=cache-control:public,%20max-age=600&header=etag:%22x%22&body_bytes=10485760&chunked=1`.
 //!
@@ -126,6 +127,7 @@ struct Spec {
     chunk_delay_ms: Option<u64>,
     chunked: Option<bool>,
     delay_ms: Option<u64>,
+    read_body: Option<bool>,
 }
 
 impl Spec {
@@ -157,6 +159,7 @@ impl Spec {
             "chunk_delay_ms" => set(&mut self.chunk_delay_ms, num(key, value)?),
             "chunked" => set(&mut self.chunked, matches!(value, "1" | "true" | "yes")),
             "delay_ms" => set(&mut self.delay_ms, num(key, value)?),
+            "read_body" => set(&mut self.read_body, matches!(value, "1" | "true" | "yes")),
             _ => {} // unknown parameters belong to the test, not to us
         }
         Ok(())
@@ -384,6 +387,11 @@ async fn handle(
             "test-upstream: bad status\n".into(),
         ));
     };
+    let saw_class = req.headers().get("x-crawler-class").cloned();
+    if spec.read_body == Some(true) {
+        // The whole body first (errors end it: the answer still goes out).
+        let _ = http_body_util::BodyExt::collect(req.into_body()).await;
+    }
     if let Some(ms) = spec.delay_ms.filter(|&ms| ms > 0) {
         // `delay_ms`: the slow origin a test asked for, not a synchronisation.
         tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -418,8 +426,8 @@ async fn handle(
     });
     *resp.status_mut() = status;
     let h = resp.headers_mut();
-    if let Some(class) = req.headers().get("x-crawler-class") {
-        h.insert("x-upstream-saw-class", class.clone());
+    if let Some(class) = saw_class {
+        h.insert("x-upstream-saw-class", class);
     }
     h.insert(
         "x-upstream-protocol",
