@@ -360,14 +360,25 @@ fn main() -> anyhow::Result<()> {
         tracing::warn!("{old} is read as {new} (its former name); rename it");
     }
 
-    let mut config = match &cli.config {
-        Some(path) => Config::load(path)?,
-        None => Config::default(),
+    let loaded = (|| -> anyhow::Result<_> {
+        let mut config = match &cli.config {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
+        };
+        cli.apply(&mut config);
+        config.validate().context("invalid configuration")?;
+        let catalog = config.catalog()?;
+        Ok((config, catalog))
+    })();
+    let (config, catalog) = match loaded {
+        Ok(c) => c,
+        // `--check-config` gives one verdict line, as for its range files.
+        Err(e) if cli.check_config => {
+            eprintln!("configuration invalid: {e:#}");
+            std::process::exit(1);
+        }
+        Err(e) => return Err(e),
     };
-    cli.apply(&mut config);
-    config.validate().context("invalid configuration")?;
-
-    let catalog = config.catalog()?;
     let sources: std::collections::BTreeSet<RangeSource> = catalog
         .values()
         .flat_map(|m| m.ranges.iter().cloned())

@@ -1260,3 +1260,40 @@ async fn with_no_network_the_sidecar_starts_and_verifies_by_fcrdns() {
         answer("192.0.2.200", "googlebot", "spoofed", "fcrdns", "", 3600)
     );
 }
+
+/// `--check-config` gives one verdict for a configuration that does not validate too: the
+/// field path and why on one `configuration invalid:` line, exit 1 (no error chain).
+#[test]
+fn check_config_refuses_a_cloud_zone_domain_in_one_verdict_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cloud.toml");
+    std::fs::write(
+        &path,
+        "[[bots]]\nid = 'googlebot'\ndomains = ['googlebot.com', 'bc.googleusercontent.com']\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_crawlguard-sidecar"))
+        .args(["--check-config", "--config"])
+        .arg(&path)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let verdict: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("configuration invalid: "))
+        .collect();
+    assert_eq!(
+        verdict,
+        [
+            "configuration invalid: invalid configuration: bots[0].domains[1]: \
+          \"bc.googleusercontent.com\" is no proof: it is in or contains googleusercontent.com, \
+          under which anyone can rent a machine (Google Cloud (Compute Engine VMs: \
+          <ip>.bc.googleusercontent.com; App Engine: *.gae.googleusercontent.com))"
+        ],
+        "{stderr}"
+    );
+    assert!(!stderr.contains("Caused by"), "{stderr}");
+}
