@@ -29,6 +29,7 @@ pub mod flights;
 pub mod header_map;
 pub mod host;
 pub mod lease;
+pub mod limit_decision;
 pub mod limiter;
 pub mod local_store;
 pub mod metrics;

@@ -9,8 +9,8 @@
 
 use crate::bucket::{self, BucketState, Take};
 use crate::class::Class;
+use crate::config::Config;
 use crate::config::{ClassPolicy, Limit};
-use crate::config::{Config, KeyKind, Mode};
 use crate::escalation::{Compliance, Visit};
 use crate::fleet::{self, FleetBuckets};
 use crate::lease::{self, Lease, Leases};
@@ -22,6 +22,8 @@ use crate::slot_table::{
 use crate::store::{SharedData, StateKey, StateStore, StoreFault, PUBLISHED_HASH_SEED};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::IpAddr;
+
+pub use crate::limit_decision::{decide, key_values, KeyPart, MAX_KEY_VALUES};
 
 /// Shared-data key prefix of bucket slots.
 pub const BUCKET_PREFIX: &str = "cg:b:";
@@ -111,7 +113,7 @@ pub struct RequestKeys<'a> {
 }
 
 impl RequestKeys<'_> {
-    fn header_lines(&self, name: &str) -> &[Vec<u8>] {
+    pub(crate) fn header_lines(&self, name: &str) -> &[Vec<u8>] {
         self.key_headers
             .iter()
             .find(|(n, _)| *n == name)
@@ -174,7 +176,7 @@ impl StoreEvents {
         self.errors + self.cas_exhausted + self.collisions + self.corrupt > 0
     }
 
-    fn count(&mut self, fault: StoreFault) {
+    pub(crate) fn count(&mut self, fault: StoreFault) {
         match fault {
             StoreFault::Store => self.errors += 1,
             StoreFault::CasExhausted => self.cas_exhausted += 1,
@@ -192,8 +194,8 @@ pub struct Reservation {
     pub limit: usize,
     /// Tokens reserved.
     pub reserved: u32,
-    key: StateKey,
-    at: Placed,
+    pub(crate) key: StateKey,
+    pub(crate) at: Placed,
 }
 
 /// The result of checking one request against the limits.
@@ -216,7 +218,7 @@ pub struct LimitResult {
 
 /// Where a charged token was taken, for a refund or a settlement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Placed {
+pub(crate) enum Placed {
     Shared(SlotRef),
     Local(LocalPlace),
     /// Spent from this worker's lease of the key ([`crate::lease`]).
@@ -225,7 +227,7 @@ enum Placed {
 
 /// What charging one key did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Charged {
+pub(crate) enum Charged {
     /// Tokens taken.
     Allowed,
     /// Over the limit: the Retry-After to send before jitter (clamped, maybe escalated).
@@ -239,16 +241,16 @@ pub struct Limiter {
     buckets: SlotTable<KeyState>,
     fallback: LocalStore<KeyState>,
     hasher: ahash::RandomState,
-    fleet: Option<FleetBuckets>,
+    pub(crate) fleet: Option<FleetBuckets>,
     /// What [`decide`] charged for the request being decided, kept between requests so a
     /// warm worker allocates nothing for it.
-    charged: Vec<Charge>,
+    pub(crate) charged: Vec<Charge>,
     /// Tokens this worker holds of buckets far from empty ([`crate::lease`]).
     leases: Leases,
 }
 
 /// One charged key: (key, limit index, where, tokens, the limit is in shadow mode).
-type Charge = (StateKey, usize, Placed, u32, bool);
+pub(crate) type Charge = (StateKey, usize, Placed, u32, bool);
 
 impl Limiter {
     /// Builds the limiter for `cfg.store`.
@@ -376,7 +378,7 @@ impl Limiter {
 
     /// The state key of one bucket: its fingerprint, and the limit's overflow value in the
     /// per-worker fallback.
-    fn key(&self, limit_name: &str, key: &KeyPart<'_>) -> StateKey {
+    pub(crate) fn key(&self, limit_name: &str, key: &KeyPart<'_>) -> StateKey {
         let mut h = self.hasher.build_hasher();
         // The slot count is part of a bucket's identity: with another `store.slots` every
         // key gets a new fingerprint, so every bucket starts full again, as the load log
@@ -430,7 +432,7 @@ impl Limiter {
     /// the key (no shared-data call), and a charge that leaves the bucket far from empty
     /// takes a lease of a few more tokens in the same write.
     #[allow(clippy::too_many_arguments)]
-    fn charge(
+    pub(crate) fn charge(
         &mut self,
         store: &dyn SharedData,
         key: StateKey,
@@ -527,7 +529,7 @@ impl Limiter {
 
     /// Gives back `n` tokens where `charge` took them (best effort: a lost refund only errs
     /// on the strict side).
-    fn refund(
+    pub(crate) fn refund(
         &mut self,
         store: &dyn SharedData,
         (key, limit_idx): (StateKey, usize),
@@ -628,230 +630,13 @@ impl Limiter {
     }
 }
 
-#[derive(Hash)]
-enum KeyPart<'a> {
-    Ip(IpAddr),
-    UnknownIp,
-    Global,
-    /// One value of the key header; `None` = absent or blank.
-    Header(Option<&'a [u8]>),
-}
-
-/// Most distinct values of a key header a request may name; each is charged. A request
-/// naming more is rejected as malformed ([`Decision::Malformed`]): it must charge every key
-/// it names or be rejected, so padding cannot hide an exhausted key among fresh ones.
-pub const MAX_KEY_VALUES: usize = 16;
-
-/// The distinct values of a key header: every line, split on commas when `list` (RFC 9110
-/// section 5.3 list syntax; not for `user-agent`, see [`crate::config::key_header_is_list`]),
-/// trimmed, blanks dropped, in first-seen order. A request that repeats the header (or lists
-/// several values) is charged once per distinct value, so a client cannot slip an exhausted
-/// key past the limit behind a fresh one. Collecting stops at `MAX_KEY_VALUES + 1` values
-/// (enough to know the request is malformed), so a huge list costs no more than that many
-/// comparisons per part.
-pub fn key_values(lines: &[Vec<u8>], list: bool) -> Vec<&[u8]> {
-    let mut out: Vec<&[u8]> = Vec::new();
-    let parts = lines
-        .iter()
-        .flat_map(|l| l.split(move |b| list && *b == b','));
-    for part in parts {
-        let v = part.trim_ascii();
-        if !v.is_empty() && !out.contains(&v) {
-            out.push(v);
-            if out.len() > MAX_KEY_VALUES {
-                break;
-            }
-        }
-    }
-    out
-}
-
-/// Decides a request of class `class` at `now_ns`: charges every limit matching its class
-/// and route, in configuration order (a cost-based limit reserves `cost.reserve` tokens,
-/// any other takes one).
-///
-/// - An enforced limit that is empty rejects the request: the tokens already taken are given
-///   back (a rejected request consumes nothing) and the decision is `Limited`.
-/// - A limit in shadow mode (`limits[].mode`, or the global `mode`) that is empty does not
-///   reject: the request is counted `ShadowLimited`, what it took from shadow limits is given
-///   back (as enforcing them would), the other shadow limits are skipped, and the enforced
-///   limits still charge it.
-/// - A key header naming more than [`MAX_KEY_VALUES`] values makes the request malformed,
-///   with the same refund.
-///
-/// Keys of enforced `client_ip` limits remember the Retry-After their client (the address
-/// and `class`) was given (compliance and escalation, [`crate::escalation`]). `random` feeds the Retry-After jitter; it is
-/// called only on a rejection.
-pub fn decide(
-    cfg: &Config,
-    limiter: &mut Limiter,
-    store: &dyn SharedData,
-    req: &RequestKeys<'_>,
-    class: Class,
-    now_ns: u64,
-    random: &mut dyn FnMut() -> u32,
-) -> LimitResult {
-    let route = req.route;
-    let mut own_policy = *cfg.policy(class);
-    if req.verified_claim {
-        // A verified crawler never escalates (a penalty would shut it out for up to max_s).
-        own_policy.escalation.enabled = false;
-    }
-    let policy = &own_policy;
-    let mut events = StoreEvents::default();
-    let mut charged = std::mem::take(&mut limiter.charged);
-    charged.clear();
-    let mut decision = Decision::Allowed;
-    let mut shadow: Option<OverLimit> = None;
-    let mut visit = Visit::Unremarkable;
-    let mut escalated = false;
-    'limits: for (i, limit) in cfg.limits.iter().enumerate() {
-        if limit.class.is_some_and(|c| c != class) || limit.route.is_some_and(|r| r != route) {
-            continue;
-        }
-        let is_shadow = limit.mode == Mode::Shadow;
-        if is_shadow && shadow.is_some() {
-            // A shadow limit already rejected: enforcing it would have stopped here.
-            continue;
-        }
-        let header_keys: Vec<KeyPart<'_>>;
-        // One key for client_ip/global (no allocation); one per distinct header value.
-        let one_key;
-        let keys: &[KeyPart<'_>] = match &limit.key {
-            KeyKind::Global => {
-                one_key = KeyPart::Global;
-                std::slice::from_ref(&one_key)
-            }
-            KeyKind::ClientIp => {
-                one_key = req.client.map_or(KeyPart::UnknownIp, KeyPart::Ip);
-                std::slice::from_ref(&one_key)
-            }
-            KeyKind::Header(name) => {
-                let values = key_values(
-                    req.header_lines(name),
-                    crate::config::key_header_is_list(name),
-                );
-                if values.len() > MAX_KEY_VALUES {
-                    decision = match cfg.mode {
-                        Mode::Enforce => Decision::Malformed { limit: i },
-                        Mode::Shadow => Decision::ShadowMalformed { limit: i },
-                    };
-                    break;
-                }
-                header_keys = if values.is_empty() {
-                    vec![KeyPart::Header(None)]
-                } else {
-                    values
-                        .into_iter()
-                        .map(|v| KeyPart::Header(Some(v)))
-                        .collect()
-                };
-                &header_keys
-            }
-        };
-        let n = limit.cost.as_ref().map_or(1, |c| c.reserve);
-        // Compliance is about a client, an address and a class: tracked in the keys of an
-        // address, never in a header key (the shared "missing" key, or a value any client
-        // can name) or the one global bucket, and not in shadow mode (the client was never
-        // told anything).
-        let track = !is_shadow && matches!(limit.key, KeyKind::ClientIp) && req.client.is_some();
-        let mut shadow_taken: Vec<usize> = Vec::new();
-        for part in keys {
-            let key = limiter.key(&limit.name, part);
-            // Leases: enforced limits only (a shadow limit's tokens are given back when it
-            // would have rejected; not worth it), not cost-based ones (checked in charge).
-            let leasable = !is_shadow && limit.cost.is_none();
-            let (c, v, at) = limiter.charge(
-                store,
-                key,
-                now_ns,
-                (i, limit),
-                n,
-                (class, policy),
-                track,
-                leasable,
-                &mut events,
-            );
-            visit = match (visit, v) {
-                (Visit::Ignored, _) | (_, Visit::Ignored) => Visit::Ignored,
-                (Visit::Honoured, _) | (_, Visit::Honoured) => Visit::Honoured,
-                _ => Visit::Unremarkable,
-            };
-            match c {
-                Charged::Allowed => {
-                    if let Some(at) = at {
-                        if is_shadow {
-                            shadow_taken.push(charged.len());
-                        }
-                        charged.push((key, i, at, n, is_shadow));
-                    }
-                }
-                Charged::Limited {
-                    retry_after_s,
-                    escalated: esc,
-                } => {
-                    let jitter = random() % policy.retry_after.jitter_s.saturating_add(1).max(1);
-                    let over = OverLimit {
-                        limit: i,
-                        status: policy.reject_status,
-                        retry_after_s: retry_after_s.saturating_add(jitter),
-                    };
-                    if is_shadow {
-                        shadow = Some(over);
-                        continue 'limits;
-                    }
-                    escalated = esc;
-                    decision = Decision::Limited(over);
-                    break 'limits;
-                }
-            }
-        }
-    }
-    // What to give back: everything when rejected; what shadow limits took when one of
-    // them would have rejected (enforcing it would have stopped the request there).
-    let rejected = decision != Decision::Allowed;
-    let mut reservations = Vec::new();
-    for &(key, i, at, n, is_shadow) in &charged {
-        let Some(limit) = cfg.limits.get(i) else {
-            continue;
-        };
-        if rejected || (is_shadow && shadow.is_some()) {
-            let rate = limiter.local_rate(limit.rate);
-            limiter.refund(store, (key, i), at, rate, n);
-            continue;
-        }
-        if let Some(f) = limiter.fleet.as_mut() {
-            f.ledger.record(key, i, u64::from(n));
-        }
-        if limit.cost.is_some() {
-            reservations.push(Reservation {
-                limit: i,
-                reserved: n,
-                key,
-                at,
-            });
-        }
-    }
-    limiter.charged = charged;
-    if let (Decision::Allowed, Some(over)) = (decision, shadow) {
-        decision = Decision::ShadowLimited(over);
-    }
-    LimitResult {
-        route,
-        decision,
-        store: events,
-        visit,
-        escalated,
-        reservations,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bucket::NS_PER_S;
     use crate::client_ip;
     use crate::config;
+    use crate::config::{KeyKind, Mode};
     use crate::store::mem::{Fault, MemStore};
 
     const T0: u64 = 1_700_000_000 * NS_PER_S;

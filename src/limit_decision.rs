@@ -1,0 +1,235 @@
+//! The limit decision for one request ([`decide`]): which limits match its class and
+//! route, which keys each charges (client address, global, or each distinct value of a key
+//! header, [`key_values`]), and what is given back when one rejects. The buckets, their
+//! keys and the store they live in are the [`Limiter`]'s (`limiter.rs`).
+
+use crate::class::Class;
+use crate::config::{Config, KeyKind, Mode};
+use crate::escalation::Visit;
+use crate::limiter::{
+    Charged, Decision, LimitResult, Limiter, OverLimit, RequestKeys, Reservation, StoreEvents,
+};
+use crate::store::SharedData;
+use std::net::IpAddr;
+
+/// What a bucket is keyed by, hashed into its fingerprint ([`Limiter::key`]).
+#[derive(Hash)]
+pub enum KeyPart<'a> {
+    /// A client address prefix.
+    Ip(IpAddr),
+    /// No address parsed (all such requests share one bucket per limit).
+    UnknownIp,
+    /// The one bucket of a `global` limit.
+    Global,
+    /// One value of the key header; `None` = absent or blank.
+    Header(Option<&'a [u8]>),
+}
+
+/// Most distinct values of a key header a request may name; each is charged. A request
+/// naming more is rejected as malformed ([`Decision::Malformed`]): it must charge every key
+/// it names or be rejected, so padding cannot hide an exhausted key among fresh ones.
+pub const MAX_KEY_VALUES: usize = 16;
+
+/// The distinct values of a key header: every line, split on commas when `list` (RFC 9110
+/// section 5.3 list syntax; not for `user-agent`, see [`crate::config::key_header_is_list`]),
+/// trimmed, blanks dropped, in first-seen order. A request that repeats the header (or lists
+/// several values) is charged once per distinct value, so a client cannot slip an exhausted
+/// key past the limit behind a fresh one. Collecting stops at `MAX_KEY_VALUES + 1` values
+/// (enough to know the request is malformed), so a huge list costs no more than that many
+/// comparisons per part.
+pub fn key_values(lines: &[Vec<u8>], list: bool) -> Vec<&[u8]> {
+    let mut out: Vec<&[u8]> = Vec::new();
+    let parts = lines
+        .iter()
+        .flat_map(|l| l.split(move |b| list && *b == b','));
+    for part in parts {
+        let v = part.trim_ascii();
+        if !v.is_empty() && !out.contains(&v) {
+            out.push(v);
+            if out.len() > MAX_KEY_VALUES {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Decides a request of class `class` at `now_ns`: charges every limit matching its class
+/// and route, in configuration order (a cost-based limit reserves `cost.reserve` tokens,
+/// any other takes one).
+///
+/// - An enforced limit that is empty rejects the request: the tokens already taken are given
+///   back (a rejected request consumes nothing) and the decision is `Limited`.
+/// - A limit in shadow mode (`limits[].mode`, or the global `mode`) that is empty does not
+///   reject: the request is counted `ShadowLimited`, what it took from shadow limits is given
+///   back (as enforcing them would), the other shadow limits are skipped, and the enforced
+///   limits still charge it.
+/// - A key header naming more than [`MAX_KEY_VALUES`] values makes the request malformed,
+///   with the same refund.
+///
+/// Keys of enforced `client_ip` limits remember the Retry-After their client (the address
+/// and `class`) was given (compliance and escalation, [`crate::escalation`]). `random` feeds the Retry-After jitter; it is
+/// called only on a rejection.
+pub fn decide(
+    cfg: &Config,
+    limiter: &mut Limiter,
+    store: &dyn SharedData,
+    req: &RequestKeys<'_>,
+    class: Class,
+    now_ns: u64,
+    random: &mut dyn FnMut() -> u32,
+) -> LimitResult {
+    let route = req.route;
+    let mut own_policy = *cfg.policy(class);
+    if req.verified_claim {
+        // A verified crawler never escalates (a penalty would shut it out for up to max_s).
+        own_policy.escalation.enabled = false;
+    }
+    let policy = &own_policy;
+    let mut events = StoreEvents::default();
+    let mut charged = std::mem::take(&mut limiter.charged);
+    charged.clear();
+    let mut decision = Decision::Allowed;
+    let mut shadow: Option<OverLimit> = None;
+    let mut visit = Visit::Unremarkable;
+    let mut escalated = false;
+    'limits: for (i, limit) in cfg.limits.iter().enumerate() {
+        if limit.class.is_some_and(|c| c != class) || limit.route.is_some_and(|r| r != route) {
+            continue;
+        }
+        let is_shadow = limit.mode == Mode::Shadow;
+        if is_shadow && shadow.is_some() {
+            // A shadow limit already rejected: enforcing it would have stopped here.
+            continue;
+        }
+        let header_keys: Vec<KeyPart<'_>>;
+        // One key for client_ip/global (no allocation); one per distinct header value.
+        let one_key;
+        let keys: &[KeyPart<'_>] = match &limit.key {
+            KeyKind::Global => {
+                one_key = KeyPart::Global;
+                std::slice::from_ref(&one_key)
+            }
+            KeyKind::ClientIp => {
+                one_key = req.client.map_or(KeyPart::UnknownIp, KeyPart::Ip);
+                std::slice::from_ref(&one_key)
+            }
+            KeyKind::Header(name) => {
+                let values = key_values(
+                    req.header_lines(name),
+                    crate::config::key_header_is_list(name),
+                );
+                if values.len() > MAX_KEY_VALUES {
+                    decision = match cfg.mode {
+                        Mode::Enforce => Decision::Malformed { limit: i },
+                        Mode::Shadow => Decision::ShadowMalformed { limit: i },
+                    };
+                    break;
+                }
+                header_keys = if values.is_empty() {
+                    vec![KeyPart::Header(None)]
+                } else {
+                    values
+                        .into_iter()
+                        .map(|v| KeyPart::Header(Some(v)))
+                        .collect()
+                };
+                &header_keys
+            }
+        };
+        let n = limit.cost.as_ref().map_or(1, |c| c.reserve);
+        // Compliance is about a client, an address and a class: tracked in the keys of an
+        // address, never in a header key (the shared "missing" key, or a value any client
+        // can name) or the one global bucket, and not in shadow mode (the client was never
+        // told anything).
+        let track = !is_shadow && matches!(limit.key, KeyKind::ClientIp) && req.client.is_some();
+        let mut shadow_taken: Vec<usize> = Vec::new();
+        for part in keys {
+            let key = limiter.key(&limit.name, part);
+            // Leases: enforced limits only (a shadow limit's tokens are given back when it
+            // would have rejected; not worth it), not cost-based ones (checked in charge).
+            let leasable = !is_shadow && limit.cost.is_none();
+            let (c, v, at) = limiter.charge(
+                store,
+                key,
+                now_ns,
+                (i, limit),
+                n,
+                (class, policy),
+                track,
+                leasable,
+                &mut events,
+            );
+            visit = match (visit, v) {
+                (Visit::Ignored, _) | (_, Visit::Ignored) => Visit::Ignored,
+                (Visit::Honoured, _) | (_, Visit::Honoured) => Visit::Honoured,
+                _ => Visit::Unremarkable,
+            };
+            match c {
+                Charged::Allowed => {
+                    if let Some(at) = at {
+                        if is_shadow {
+                            shadow_taken.push(charged.len());
+                        }
+                        charged.push((key, i, at, n, is_shadow));
+                    }
+                }
+                Charged::Limited {
+                    retry_after_s,
+                    escalated: esc,
+                } => {
+                    let jitter = random() % policy.retry_after.jitter_s.saturating_add(1).max(1);
+                    let over = OverLimit {
+                        limit: i,
+                        status: policy.reject_status,
+                        retry_after_s: retry_after_s.saturating_add(jitter),
+                    };
+                    if is_shadow {
+                        shadow = Some(over);
+                        continue 'limits;
+                    }
+                    escalated = esc;
+                    decision = Decision::Limited(over);
+                    break 'limits;
+                }
+            }
+        }
+    }
+    // What to give back: everything when rejected; what shadow limits took when one of
+    // them would have rejected (enforcing it would have stopped the request there).
+    let rejected = decision != Decision::Allowed;
+    let mut reservations = Vec::new();
+    for &(key, i, at, n, is_shadow) in &charged {
+        let Some(limit) = cfg.limits.get(i) else {
+            continue;
+        };
+        if rejected || (is_shadow && shadow.is_some()) {
+            let rate = limiter.local_rate(limit.rate);
+            limiter.refund(store, (key, i), at, rate, n);
+            continue;
+        }
+        if let Some(f) = limiter.fleet.as_mut() {
+            f.ledger.record(key, i, u64::from(n));
+        }
+        if limit.cost.is_some() {
+            reservations.push(Reservation {
+                limit: i,
+                reserved: n,
+                key,
+                at,
+            });
+        }
+    }
+    limiter.charged = charged;
+    if let (Decision::Allowed, Some(over)) = (decision, shadow) {
+        decision = Decision::ShadowLimited(over);
+    }
+    LimitResult {
+        route,
+        decision,
+        store: events,
+        visit,
+        escalated,
+        reservations,
+    }
+}
