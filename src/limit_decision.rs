@@ -80,12 +80,17 @@ pub fn decide(
     random: &mut dyn FnMut() -> u32,
 ) -> LimitResult {
     let route = req.route;
-    let mut own_policy = *cfg.policy(class);
-    if req.verified_claim {
-        // A verified crawler never escalates (a penalty would shut it out for up to max_s).
-        own_policy.escalation.enabled = false;
-    }
-    let policy = &own_policy;
+    let without_escalation;
+    let policy = if req.verified_claim {
+        // A verified crawler never escalates (a penalty would shut it out for up to max_s);
+        // copied only for such a request, the rest read the configuration's own.
+        let mut p = *cfg.policy(class);
+        p.escalation.enabled = false;
+        without_escalation = p;
+        &without_escalation
+    } else {
+        cfg.policy(class)
+    };
     let mut events = StoreEvents::default();
     let mut charged = std::mem::take(&mut limiter.charged);
     charged.clear();

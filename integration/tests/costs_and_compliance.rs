@@ -291,13 +291,15 @@ async fn a_limit_in_shadow_mode_counts_while_the_others_enforce() {
     assert_eq!(up.requests().await.len(), 4);
 }
 
-/// A verified claim whose class is not a crawler class (AdsBot-Google is `other_bot`) does
-/// not escalate either, though `other_bot` escalates here; a declared bot of the same class
-/// that nobody verified does.
-#[tokio::test]
-async fn a_verified_other_bot_never_escalates_but_a_declared_one_does() {
-    let up = TestUpstream::start().await;
+/// AdsBot-Google's User-Agent: bot id `adsbot-google`, class `other_bot` once verified.
+const UA_ADSBOT: &str = "AdsBot-Google (+http://www.google.com/adsbot.html)";
+
+/// `other_bot` limited to 1 token per address and escalating after one ignored Retry-After
+/// (1 s, doubling to 8 s), `verifier.on_error` as given; the fake verifier verifies
+/// AdsBot-Google for 127.0.0.8 only.
+async fn other_bot_escalating(on_error: &str, up: &TestUpstream) -> Envoy {
     let cfg = json!({
+        "verifier": {"on_error": on_error},
         "classes": {"other_bot": {
             "retry_after": {"min_s": 1, "max_s": 1, "jitter_s": 0},
             "escalation": {"enabled": true, "after_ignored": 1, "factor": 2, "max_s": 8, "decay_s": 60}
@@ -305,37 +307,44 @@ async fn a_verified_other_bot_never_escalates_but_a_declared_one_does() {
         "limits": [{"name": "bots", "class": "other_bot", "route": "*", "rate_per_s": 0.001,
                     "burst": 1, "key": "client_ip"}]
     });
-    let envoy = Envoy::start(
+    Envoy::start(
         EnvoyOpts::with_config(cfg)
-            .in_front_of(&up)
+            .in_front_of(up)
             .fake_verifier(vec![("127.0.0.8", "adsbot-google", "verified")]),
     )
-    .await;
+    .await
+}
+
+/// Six requests of `ua` from 127.0.0.`last`, ignoring every Retry-After: the class the
+/// first reached the origin with, and each reply's Retry-After.
+async fn six_ignoring(envoy: &Envoy, last: u8, ua: &str) -> (Option<String>, Vec<Option<u64>>) {
+    let c = client(ip(last));
     let url = envoy.url("/");
-    let adsbot = client(ip(8));
-    const UA_ADSBOT: &str = "AdsBot-Google (+http://www.google.com/adsbot.html)";
-    let mut ras = Vec::new();
-    for _ in 0..6 {
-        let r = get(&adsbot, &url, UA_ADSBOT, &[]).await;
-        assert_eq!(r.upstream_class().or(Some("other_bot")), Some("other_bot"));
-        ras.push((r.status, r.retry_after_s()));
+    let first = get(&c, &url, ua, &[]).await;
+    let mut ras = vec![first.retry_after_s()];
+    for _ in 0..5 {
+        ras.push(get(&c, &url, ua, &[]).await.retry_after_s());
     }
-    assert_eq!(ras[0], (200, None));
-    assert_eq!(ras[1..], [(429, Some(1)); 5]);
+    (first.upstream_class().map(str::to_string), ras)
+}
+
+/// A verified claim whose class is not a crawler class (AdsBot-Google is `other_bot`) does
+/// not escalate either, though `other_bot` escalates here; a declared bot of the same class
+/// that nobody verified does.
+#[tokio::test]
+async fn a_verified_other_bot_never_escalates_but_a_declared_one_does() {
+    let up = TestUpstream::start().await;
+    let envoy = other_bot_escalating("unverified_bot", &up).await;
+    let (class, ras) = six_ignoring(&envoy, 8, UA_ADSBOT).await;
+    assert_eq!(class.as_deref(), Some("other_bot"));
+    assert_eq!(ras, [None, Some(1), Some(1), Some(1), Some(1), Some(1)]);
     assert_eq!(
         envoy.counter("crawlguard.class.other_bot.escalated").await,
         0
     );
     // The control: a declared bot nobody verified, same class, same flood.
-    let declared = client(ip(9));
-    let mut ras = Vec::new();
-    for _ in 0..6 {
-        ras.push(
-            get(&declared, &url, "ExampleBot/1.0", &[])
-                .await
-                .retry_after_s(),
-        );
-    }
+    let (class, ras) = six_ignoring(&envoy, 9, "ExampleBot/1.0").await;
+    assert_eq!(class.as_deref(), Some("other_bot"));
     assert_eq!(ras, [None, Some(1), Some(2), Some(4), Some(8), Some(8)]);
     assert_eq!(
         envoy.counter("crawlguard.class.other_bot.escalated").await,
@@ -344,40 +353,15 @@ async fn a_verified_other_bot_never_escalates_but_a_declared_one_does() {
 }
 
 /// With `on_error: claimed_class`, an AdsBot-Google claim the verifier could not check (the
-/// fake verifier knows nothing of it: a verifier error) gets `other_bot` as claimed, but
-/// nothing proves it verified, so it escalates like any `other_bot`: anyone can make their
-/// own lookup fail.
+/// fake verifier knows nothing of 127.0.0.12: a verifier error) gets `other_bot` as
+/// claimed, but nothing proves it verified, so it escalates like any `other_bot`: anyone can
+/// make their own lookup fail.
 #[tokio::test]
 async fn a_claim_trusted_on_a_verifier_error_is_no_verified_claim() {
     let up = TestUpstream::start().await;
-    let cfg = json!({
-        "verifier": {"on_error": "claimed_class"},
-        "classes": {"other_bot": {
-            "retry_after": {"min_s": 1, "max_s": 1, "jitter_s": 0},
-            "escalation": {"enabled": true, "after_ignored": 1, "factor": 2, "max_s": 8, "decay_s": 60}
-        }},
-        "limits": [{"name": "bots", "class": "other_bot", "route": "*", "rate_per_s": 0.001,
-                    "burst": 1, "key": "client_ip"}]
-    });
-    let envoy = Envoy::start(
-        EnvoyOpts::with_config(cfg)
-            .in_front_of(&up)
-            .fake_verifier(vec![("127.0.0.99", "adsbot-google", "verified")]),
-    )
-    .await;
-    let url = envoy.url("/");
-    let c = client(ip(12));
-    let mut ras = Vec::new();
-    for _ in 0..6 {
-        let r = get(
-            &c,
-            &url,
-            "AdsBot-Google (+http://www.google.com/adsbot.html)",
-            &[],
-        )
-        .await;
-        ras.push(r.retry_after_s());
-    }
+    let envoy = other_bot_escalating("claimed_class", &up).await;
+    let (class, ras) = six_ignoring(&envoy, 12, UA_ADSBOT).await;
+    assert_eq!(class.as_deref(), Some("other_bot"));
     assert_eq!(ras, [None, Some(1), Some(2), Some(4), Some(8), Some(8)]);
     envoy
         .assert_counters(&[
