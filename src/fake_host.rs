@@ -410,8 +410,15 @@ impl FakeProxy {
         step
     }
 
-    /// The client of request `ctx` went away: its context is destroyed.
+    /// The client of request `ctx` went away: the stream ends (`on_log`, as Envoy calls it
+    /// for every stream) and its context is destroyed.
     pub fn hang_up(&mut self, ctx: ContextId) {
+        if let Some(state) = self.states.get(&ctx).cloned() {
+            self.host.current = ctx;
+            state
+                .borrow_mut()
+                .on_stream_end(&self.worker, &mut self.host);
+        }
         self.states.remove(&ctx);
         self.host.requests.remove(&ctx);
     }

@@ -174,6 +174,15 @@ impl HttpContext for Filter {
         Action::Continue
     }
 
+    fn on_log(&mut self) {
+        let Some(w) = self.worker.as_deref() else {
+            return;
+        };
+        if let Ok(mut st) = self.state.try_borrow_mut() {
+            st.on_stream_end(w, &mut self.host);
+        }
+    }
+
     fn on_http_response_headers(&mut self, _n: usize, eos: bool) -> Action {
         let Some(w) = self.worker.as_deref() else {
             return Action::Continue;

@@ -21,6 +21,7 @@ pub mod class;
 pub mod classify;
 pub mod client_ip;
 pub mod config;
+pub mod cost;
 pub mod escalation;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod fake_host;

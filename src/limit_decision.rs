@@ -171,12 +171,12 @@ pub fn decide(
                 _ => Visit::Unremarkable,
             };
             match c {
-                Charged::Allowed => {
+                Charged::Allowed { tokens } => {
                     if let Some(at) = at {
                         if is_shadow {
                             shadow_taken.push(charged.len());
                         }
-                        charged.push((key, i, at, n, is_shadow));
+                        charged.push((key, i, at, tokens, is_shadow));
                     }
                 }
                 Charged::Limited {
@@ -210,7 +210,18 @@ pub fn decide(
         };
         if rejected || (is_shadow && shadow.is_some()) {
             let rate = limiter.local_rate(limit.rate);
-            limiter.refund(store, (key, i), at, rate, n);
+            if limit.cost.is_some() {
+                // Everything back, and the reservation's flight ends unlearned.
+                let r = Reservation {
+                    limit: i,
+                    reserved: n,
+                    key,
+                    at,
+                };
+                limiter.end_flight(store, &r, rate, 0, None, now_ns);
+            } else {
+                limiter.refund(store, (key, i), at, rate, n);
+            }
             continue;
         }
         if let Some(f) = limiter.fleet.as_mut() {

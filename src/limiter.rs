@@ -11,6 +11,7 @@ use crate::bucket::{self, BucketState, Take};
 use crate::class::Class;
 use crate::config::Config;
 use crate::config::{ClassPolicy, Limit};
+use crate::cost::CostState;
 use crate::escalation::{Compliance, Visit};
 use crate::fleet::{self, FleetBuckets};
 use crate::lease::{self, Lease, Leases};
@@ -36,15 +37,17 @@ pub struct KeyState {
     pub bucket: BucketState,
     /// Retry-After compliance and escalation.
     pub compliance: Compliance,
+    /// A cost-based limit's reservations in flight and learned cost.
+    pub cost: CostState,
 }
 
 /// A key's state in a slot: `tat_ns`, `last_ns`, `told_until_ns`, `penalty_until_ns`,
 /// `forget_at_ns` (8 each), `ignored` (2), `level` (1), the told class (1: 0 for none, else
-/// its [`Class::index`] + 1), little-endian, after the table's version and owner (53 bytes
-/// in all).
+/// its [`Class::index`] + 1), the cost state's `in_flight` (1), `in_flight_until_s` (4) and
+/// `last_cost` (4), little-endian, after the table's version and owner (62 bytes in all).
 impl SlotValue for KeyState {
-    const LEN: usize = 44;
-    const VERSION: u8 = 3;
+    const LEN: usize = 53;
+    const VERSION: u8 = 4;
 
     fn encode(&self, out: &mut [u8]) {
         let c = &self.compliance;
@@ -62,6 +65,15 @@ impl SlotValue for KeyState {
         if let Some(d) = out.get_mut(43) {
             // At most Class::ALL.len() (8): fits.
             *d = c.class.map_or(0, |k| k.index() as u8 + 1);
+        }
+        if let Some(d) = out.get_mut(44) {
+            *d = self.cost.in_flight;
+        }
+        if let Some(d) = out.get_mut(45..49) {
+            d.copy_from_slice(&self.cost.in_flight_until_s.to_le_bytes());
+        }
+        if let Some(d) = out.get_mut(49..53) {
+            d.copy_from_slice(&self.cost.last_cost.to_le_bytes());
         }
     }
 
@@ -82,17 +94,29 @@ impl SlotValue for KeyState {
                     n => Some(*Class::ALL.get(usize::from(n) - 1)?),
                 },
             },
+            cost: CostState {
+                in_flight: *b.get(44)?,
+                in_flight_until_s: u32::from_le_bytes(b.get(45..49)?.try_into().ok()?),
+                last_cost: u32::from_le_bytes(b.get(49..53)?.try_into().ok()?),
+            },
         })
     }
 
     /// A key whose bucket is full again and that remembers nothing carries no information
     /// (rank 0); any other ranks 1, so a key never takes another key's active state.
     fn rank(&self, now_ns: u64) -> u8 {
-        u8::from(!(bucket::is_full(self.bucket, now_ns) && self.compliance.is_idle(now_ns)))
+        u8::from(
+            !(bucket::is_full(self.bucket, now_ns)
+                && self.compliance.is_idle(now_ns)
+                && self.cost.is_idle(now_ns)),
+        )
     }
 
     fn free_at_ns(&self) -> u64 {
-        self.bucket.tat_ns.max(self.compliance.idle_at_ns())
+        self.bucket
+            .tat_ns
+            .max(self.compliance.idle_at_ns())
+            .max(self.cost.idle_at_ns())
     }
 }
 
@@ -228,8 +252,9 @@ pub(crate) enum Placed {
 /// What charging one key did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Charged {
-    /// Tokens taken.
-    Allowed,
+    /// `tokens` taken (a cost-based key's reservation may be more than asked: its last
+    /// cost, [`crate::cost`]).
+    Allowed { tokens: u32 },
     /// Over the limit: the Retry-After to send before jitter (clamped, maybe escalated).
     Limited { retry_after_s: u32, escalated: bool },
 }
@@ -446,7 +471,11 @@ impl Limiter {
     ) -> (Charged, Visit, Option<Placed>) {
         let leasable = leasable && n == 1 && self.fleet.is_none();
         if leasable && self.leases.spend(key, limit_idx, now_ns) {
-            return (Charged::Allowed, Visit::Unremarkable, Some(Placed::Lease));
+            return (
+                Charged::Allowed { tokens: 1 },
+                Visit::Unremarkable,
+                Some(Placed::Lease),
+            );
         }
         let rate = self.local_rate(limit.rate);
         let ra = &policy.retry_after;
@@ -460,14 +489,30 @@ impl Limiter {
             } else {
                 Visit::Unremarkable
             };
+            // A cost-based key reserves what it last cost, with few reservations in flight.
+            let n = match &limit.cost {
+                Some(_) => st.cost.reservation(n, rate.burst),
+                None => n,
+            };
+            let full = limit
+                .cost
+                .as_ref()
+                .is_some_and(|c| !st.cost.has_room(now_ns, c.max_in_flight));
             let wait_ns = if track && st.compliance.penalises(now_ns, class, esc) {
                 // Serving a penalty: rejected without consuming tokens, at the class's base
                 // wait (the step sets the penalty, not what is left of the last one).
+                0
+            } else if full {
+                // Its reservations in flight are at the cap: when one settles is not known,
+                // so the class's shortest wait.
                 0
             } else {
                 match bucket::take_n(Some(st.bucket), now_ns, rate, n) {
                     Take::Allowed { state, remaining } => {
                         st.bucket = state;
+                        if limit.cost.is_some() {
+                            st.cost.take(now_ns);
+                        }
                         // A lease only for a key that remembers nothing (spending it skips
                         // the compliance visit, a no-op for such a key).
                         let size = lease::lease_size(rate.burst, remaining);
@@ -479,7 +524,7 @@ impl Limiter {
                                 leased = size;
                             }
                         }
-                        return ((Charged::Allowed, visit), Some(st));
+                        return ((Charged::Allowed { tokens: n }, visit), Some(st));
                     }
                     Take::Limited { wait_ns } => wait_ns,
                 }
@@ -499,7 +544,9 @@ impl Limiter {
             };
             ((limited, visit), Some(st))
         });
-        if let (Some(((Charged::Allowed, _), Placed::Shared(at))), true) = (&result, leased > 0) {
+        if let (Some(((Charged::Allowed { .. }, _), Placed::Shared(at))), true) =
+            (&result, leased > 0)
+        {
             let back = self.leases.hold(Lease {
                 key,
                 limit: limit_idx,
@@ -513,7 +560,7 @@ impl Limiter {
             }
         }
         match result {
-            Some(((c @ Charged::Allowed, visit), at)) => (c, visit, Some(at)),
+            Some(((c @ Charged::Allowed { .. }, visit), at)) => (c, visit, Some(at)),
             Some(((c, visit), _)) => (c, visit, None),
             // Unreachable (the fallback never fails); strict if it ever did.
             None => (
@@ -584,7 +631,8 @@ impl Limiter {
 
     /// Settles a cost reservation at the `actual` cost the origin reported (`None`: missing
     /// or invalid, settles at the reservation): gives back what was reserved too much, or
-    /// charges the extra (the bucket may go into debt).
+    /// charges the extra (the bucket may go into debt), and ends the reservation's flight,
+    /// remembering a reported cost for the key's next reservation ([`crate::cost`]).
     pub fn settle(
         &mut self,
         cfg: &Config,
@@ -596,26 +644,39 @@ impl Limiter {
         let Some(limit) = cfg.limits.get(r.limit) else {
             return;
         };
-        let actual = actual.unwrap_or(r.reserved);
-        if actual == r.reserved {
-            return;
-        }
-        let rate = self.local_rate(limit.rate);
+        let charge = actual.unwrap_or(r.reserved);
         if let Some(f) = self.fleet.as_mut() {
-            if actual > r.reserved {
+            if charge > r.reserved {
                 f.ledger
-                    .record(r.key, r.limit, u64::from(actual - r.reserved));
-            } else {
-                f.ledger.unrecord(r.key.fp, u64::from(r.reserved - actual));
+                    .record(r.key, r.limit, u64::from(charge - r.reserved));
+            } else if charge < r.reserved {
+                f.ledger.unrecord(r.key.fp, u64::from(r.reserved - charge));
             }
         }
+        let rate = self.local_rate(limit.rate);
+        self.end_flight(store, r, rate, charge, actual, now_ns);
+    }
+
+    /// Changes the reservation `r` to `charge` tokens and ends its flight, learning
+    /// `learned` (a rejected request gives everything back and teaches nothing).
+    pub(crate) fn end_flight(
+        &mut self,
+        store: &dyn SharedData,
+        r: &Reservation,
+        rate: bucket::Rate,
+        charge: u32,
+        learned: Option<u32>,
+        now_ns: u64,
+    ) {
         let change = |s: KeyState| {
-            let bucket = if actual >= r.reserved {
-                bucket::charge_debt(s.bucket, now_ns, rate, actual - r.reserved)
+            let bucket = if charge >= r.reserved {
+                bucket::charge_debt(s.bucket, now_ns, rate, charge - r.reserved)
             } else {
-                bucket::refund_n(s.bucket, rate, r.reserved - actual)
+                bucket::refund_n(s.bucket, rate, r.reserved - charge)
             };
-            KeyState { bucket, ..s }
+            let mut cost = s.cost;
+            cost.settle(now_ns, learned);
+            KeyState { bucket, cost, ..s }
         };
         let _ = match r.at {
             Placed::Shared(at) => SharedSlots {
@@ -1040,7 +1101,7 @@ mod tests {
             false,
             &mut ev,
         );
-        (c == Charged::Allowed, ev, at)
+        (matches!(c, Charged::Allowed { .. }), ev, at)
     }
 
     /// Charges key `fp` one token: (allowed, store events).

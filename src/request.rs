@@ -519,6 +519,25 @@ pub fn parse_cost(value: &[u8]) -> Option<u32> {
 }
 
 impl RequestState {
+    /// The stream ended (Envoy's access-log callback, after everything else): reservations
+    /// no response settled (the client or the origin went away first) settle at what they
+    /// reserved, which ends their flight ([`crate::cost`]).
+    pub fn on_stream_end(&mut self, w: &Worker, host: &mut dyn Host) {
+        let Phase::Forwarded { reservations, .. } = &mut self.phase else {
+            return;
+        };
+        if reservations.is_empty() {
+            return;
+        }
+        let reservations = std::mem::take(reservations);
+        let now = host.now_ns().unwrap_or(0);
+        if let Ok(mut lim) = w.limiter.try_borrow_mut() {
+            for r in &reservations {
+                lim.settle(&w.cfg, host.shared_data(), r, None, now);
+            }
+        }
+    }
+
     /// Settles the request's cost reservations at what the origin reports in each limit's
     /// cost header (missing or invalid: at the reservation), then removes every cost header
     /// from the response: it is for crawlguard, not for the client.

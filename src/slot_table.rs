@@ -38,7 +38,7 @@ pub trait SlotValue: Copy {
 }
 
 /// Largest [`SlotValue::LEN`] supported.
-pub const MAX_VALUE_LEN: usize = 48;
+pub const MAX_VALUE_LEN: usize = 56;
 /// Bytes before the value: version + owner fingerprint.
 const HEADER_LEN: usize = 9;
 /// Fingerprint of an unowned slot (pre-created slots).

@@ -486,7 +486,10 @@ fn cost_limits_reserve_then_settle_from_the_origin_header() {
 
 #[test]
 fn concurrent_requests_cannot_overspend_and_missing_or_bad_costs_settle_at_the_reservation() {
-    let mut p = FakeProxy::new(&format!("{{{COST}}}"), T0);
+    // Room for ten in flight: the reservations, not the cap, decide here.
+    let cfg =
+        format!("{{{COST}}}").replace(r#""reserve":20,"#, r#""reserve":20,"max_in_flight":10,"#);
+    let mut p = FakeProxy::new(&cfg, T0);
     // Five requests in flight at once have reserved 100: the sixth is rejected before any
     // of them is settled.
     let ctxs: Vec<u32> = (0..5).map(|_| p.get("/list", CHROME, G).0).collect();
@@ -513,6 +516,94 @@ fn concurrent_requests_cannot_overspend_and_missing_or_bad_costs_settle_at_the_r
     // 40 free: exactly two more reservations of 20.
     let steps: Vec<Step> = (0..3).map(|_| p.get("/list", CHROME, G).1).collect();
     assert_eq!(steps, [Step::Continue, Step::Continue, Step::Pause]);
+}
+
+/// 1,000 items per client, refilling 50/s, 20 reserved, at most 4 in flight (the default);
+/// humans told exactly how long to wait, up to 100 s.
+const COSTLY: &str = r#""classes":{"human":{"retry_after":{"min_s":1,"max_s":100,"jitter_s":0}}},
+    "limits":[{"name":"items","class":"*","route":"*","rate_per_s":50,"burst":1000,
+    "key":"client_ip","cost":{"reserve":20,"from_response_header":"x-crawlguard-cost"}}]"#;
+
+#[test]
+fn a_concurrent_burst_of_costly_listings_overspends_by_at_most_max_in_flight_costs() {
+    let mut p = FakeProxy::new(&format!("{{{COSTLY}}}"), T0);
+    // 60 listings of 1,000 items at once: 4 reservations of 20 fly, the rest is refused
+    // (reservations alone would have let 50 through: 50,000 items against a burst of 1,000).
+    let mut flying = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 0..60 {
+        match p.get("/list", CHROME, G) {
+            (ctx, Step::Continue) => flying.push(ctx),
+            (ctx, _) => refused.push(ctx),
+        }
+    }
+    assert_eq!((flying.len(), refused.len()), (4, 56));
+    // Refused at the cap: the class's shortest wait, 1 s.
+    assert_eq!(retry_after(&p, refused[0]), Some(1));
+    for ctx in flying {
+        p.respond(
+            ctx,
+            &[(":status", "200"), ("x-crawlguard-cost", "1000")],
+            false,
+        );
+    }
+    // 4,000 spent of 1,000: 3,000 in debt, and the next listing reserves what the last one
+    // cost (1,000). Retry-After covers the debt: 4,000 tokens at 50/s, 80 s.
+    let (ctx, step) = p.get("/list", CHROME, G);
+    assert_eq!(step, Step::Pause);
+    assert_eq!(retry_after(&p, ctx), Some(80));
+    p.advance(79 * S);
+    assert_eq!(p.get("/list", CHROME, G).1, Step::Pause);
+    p.advance(S);
+    // A client that waited what it was told is admitted, and only one listing at a time
+    // fits now: the reservation is the learned 1,000.
+    let (ctx, step) = p.get("/list", CHROME, G);
+    assert_eq!(step, Step::Continue);
+    assert_eq!(p.get("/list", CHROME, G).1, Step::Pause);
+    // A cheap page teaches the cheaper cost: 20 reserved again.
+    p.respond(
+        ctx,
+        &[(":status", "200"), ("x-crawlguard-cost", "0")],
+        false,
+    );
+    assert_eq!(p.get("/list", CHROME, G).1, Step::Continue);
+}
+
+#[test]
+fn a_reservation_refused_by_another_limit_or_hung_up_leaves_no_flight_behind() {
+    // One reservation in flight per address; a second limit, one request per API key.
+    let cfg = r#"{"limits":[
+        {"name":"items","class":"*","route":"*","rate_per_s":0.001,"burst":100,"key":"client_ip",
+         "cost":{"reserve":20,"max_in_flight":1,"from_response_header":"x-crawlguard-cost"}},
+        {"name":"per_key","class":"*","route":"*","rate_per_s":0.001,"burst":1,"key":"header:x-api-key"}]}"#;
+    let mut p = FakeProxy::new(cfg, T0);
+    let get = |p: &mut FakeProxy, key: &str| {
+        p.request(
+            &[
+                (":path", "/list"),
+                ("user-agent", CHROME),
+                ("x-api-key", key),
+            ],
+            G,
+        )
+    };
+    let (ctx, step) = get(&mut p, "a");
+    assert_eq!(step, Step::Continue);
+    // In flight: the cap refuses a second one.
+    assert_eq!(get(&mut p, "b").1, Step::Pause);
+    p.respond(
+        ctx,
+        &[(":status", "200"), ("x-crawlguard-cost", "20")],
+        false,
+    );
+    // Key "a" is spent: the cost limit reserved, per_key refused, and the reservation's
+    // flight ended with the refusal.
+    assert_eq!(get(&mut p, "a").1, Step::Pause);
+    let (ctx, step) = get(&mut p, "b");
+    assert_eq!(step, Step::Continue);
+    // The client hangs up before the origin answers: the stream's end settles it.
+    p.hang_up(ctx);
+    assert_eq!(get(&mut p, "c").1, Step::Continue);
 }
 
 /// Script limit 1 token, no refill to speak of; Retry-After exactly 2 s (no jitter);

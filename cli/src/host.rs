@@ -381,9 +381,9 @@ impl ReplayProxy {
         let cfg = &self.worker.cfg;
         // The upstream answered as it did in the log: the response path runs when that
         // status is one it rewrites. For any other status it would only settle cost
-        // reservations (with no cost header in a log: at the reservation, which changes
-        // nothing), remove cost headers (there are none) and time the origin for shedding
-        // (off in a replay), so it is skipped.
+        // reservations (with no cost header in a log: at the reservation, which the stream's
+        // end below does), remove cost headers (there are none) and time the origin for
+        // shedding (off in a replay), so it is skipped.
         let acts = cfg.rewrite.enabled
             && (cfg.rewrite.statuses.contains(&status)
                 || (status == 200 && cfg.degraded.is_some()));
@@ -399,6 +399,15 @@ impl ReplayProxy {
                 .borrow_mut()
                 .on_response_headers(&self.worker, &mut self.host, true);
             out.normalised = self.host.req.reply.is_some();
+        }
+        // The stream ends: a reservation no response settled settles at what it reserved
+        // (changing no tokens) and stops counting toward its key's `cost.max_in_flight`,
+        // as in Envoy; each logged request has ended before the next.
+        if forwarded {
+            self.host.current = ctx;
+            state
+                .borrow_mut()
+                .on_stream_end(&self.worker, &mut self.host);
         }
         out
     }

@@ -61,7 +61,10 @@ async fn pages_of_20_and_of_100_items_are_admitted_by_their_cost() {
 #[tokio::test]
 async fn a_concurrent_burst_cannot_overspend_its_reservations() {
     let up = TestUpstream::start().await;
-    let envoy = envoy_with(json!({"limits": [items_limit()]}), &up).await;
+    // Room for ten in flight: the reservations, not the cap, decide here.
+    let mut limit = items_limit();
+    limit["cost"]["max_in_flight"] = json!(10);
+    let envoy = envoy_with(json!({"limits": [limit]}), &up).await;
     // Ten at once, each held 300 ms at the origin: reservations admit exactly five.
     let url = envoy.url("/list?delay_ms=300&header=x-crawlguard-cost:1");
     let mut tasks = Vec::new();
@@ -88,6 +91,100 @@ async fn a_concurrent_burst_cannot_overspend_its_reservations() {
         );
     }
     assert_eq!(after, [200, 200, 200, 200, 429]);
+}
+
+/// `n` GETs of `url` at once from `from`: their statuses, sorted.
+async fn at_once(from: u8, url: &str, n: usize) -> Vec<u16> {
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let (c, url) = (client(ip(from)), url.to_string());
+        tasks.push(tokio::spawn(
+            async move { get(&c, &url, UA_CHROME, &[]).await },
+        ));
+    }
+    let mut got = Vec::new();
+    for t in tasks {
+        got.push(t.await.expect("request task").status);
+    }
+    got.sort_unstable();
+    got
+}
+
+#[tokio::test]
+async fn sixty_costly_listings_at_once_spend_at_most_four_costs() {
+    // The hostile review's attack: 60 listings of 1,000 items at once, reserve 20, burst
+    // 1,000. Reservations alone admitted 50 (50,000 items); at most 4 (the default
+    // max_in_flight) fly now, and what they cost is the next reservation.
+    let up = TestUpstream::start().await;
+    let limit = json!({"name": "items", "class": "*", "route": "*", "rate_per_s": 0.001,
+        "burst": 1000, "key": "client_ip",
+        "cost": {"reserve": 20, "from_response_header": "x-crawlguard-cost"}});
+    let envoy = envoy_with(json!({"limits": [limit]}), &up).await;
+    // The origin holds each for 3 s, so all 60 are decided while the first ones fly.
+    let url = envoy.url("/list?delay_ms=3000&header=x-crawlguard-cost:1000");
+    let got = at_once(7, &url, 60).await;
+    assert_eq!(got, [[200; 4].as_slice(), &[429; 56]].concat());
+    assert_eq!(envoy.counter("crawlguard.class.human.allowed").await, 4);
+    // 4,000 spent of 1,000: in debt, nothing more is admitted, not even a cheap page.
+    let c = client(ip(7));
+    let r = get(&c, &page(&envoy, Some(0)), UA_CHROME, &[]).await;
+    assert_eq!(r.status, 429);
+}
+
+#[tokio::test]
+async fn a_client_gone_ends_its_reservations_flight() {
+    // One reservation in flight per address. A client that hangs up while the origin holds
+    // its request ends the stream: Envoy's access-log callback settles it, and the next
+    // request of that address may fly.
+    let up = TestUpstream::start().await;
+    let mut limit = items_limit();
+    limit["cost"]["max_in_flight"] = json!(1);
+    let envoy = envoy_with(json!({"limits": [limit]}), &up).await;
+    let slow = envoy.url("/list?delay_ms=10000&header=x-crawlguard-cost:0");
+    let quitter = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::V4(ip(8)))
+        .timeout(Duration::from_millis(300))
+        .build()
+        .expect("client");
+    let abandoned = quitter.get(&slow).header("user-agent", UA_CHROME).send();
+    // While it flies (the origin has it), the address is at its cap.
+    let c = client(ip(8));
+    let (abandoned, at_cap) = tokio::join!(abandoned, async {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while up
+            .requests()
+            .await
+            .iter()
+            .all(|r| r["path"] != json!("/list?delay_ms=10000&header=x-crawlguard-cost:0"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the request never reached the origin"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        get(&c, &page(&envoy, Some(0)), UA_CHROME, &[]).await.status
+    });
+    assert!(
+        abandoned.is_err(),
+        "the origin answered before the client gave up"
+    );
+    assert_eq!(at_cap, 429);
+    // Once the stream has ended, a page flies again (polled: the end reaches the worker
+    // after the client has gone). Without the stream's end it would wait 300 s.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = get(&c, &page(&envoy, Some(0)), UA_CHROME, &[]).await;
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 429);
+        assert!(
+            Instant::now() < deadline,
+            "the abandoned reservation still flies"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]

@@ -106,6 +106,10 @@ pub(super) fn default_exempt_paths() -> Vec<String> {
         .collect()
 }
 
+/// `limits[].cost.max_in_flight`: a few parallel requests of one key (a browser's
+/// connections), few enough that a burst of costly ones overspends by at most 4 costs.
+pub const COST_MAX_IN_FLIGHT: u8 = 4;
+
 /// Default request header carrying the class upstream.
 pub const DEFAULT_CLASS_HEADER: &str = "x-crawler-class";
 

@@ -2,6 +2,7 @@
 //! checked with its field path (split from `compile.rs`, which calls it).
 
 use super::compile::is_name;
+use super::defaults;
 use super::headers::{key_header_name, taken_over_header_name};
 use super::raw::RawLimit;
 use super::{err, ConfigError, Cost, KeyKind, Limit, Mode, Route, DEFAULT_ROUTE, MAX_REFILL_S};
@@ -120,8 +121,21 @@ pub(super) fn compile_limits(
                         format!("must be 1..=burst ({})", l.burst),
                     ));
                 }
+                let max_in_flight = match c.max_in_flight {
+                    None => defaults::COST_MAX_IN_FLIGHT,
+                    Some(m) => match u8::try_from(m) {
+                        Ok(m) if m >= 1 => m,
+                        _ => {
+                            return Err(err(
+                                format!("{p}.cost.max_in_flight"),
+                                format!("{m}: must be 1..=255"),
+                            ))
+                        }
+                    },
+                };
                 Some(Cost {
                     reserve: c.reserve,
+                    max_in_flight,
                     from_response_header: taken_over_header_name(
                         &format!("{p}.cost.from_response_header"),
                         &c.from_response_header,

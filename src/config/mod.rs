@@ -181,8 +181,12 @@ pub struct Limit {
 /// missing or invalid value settles at `reserve`; the header never reaches the client).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cost {
-    /// Tokens reserved per request (1..=burst).
+    /// Tokens reserved per request at least (1..=burst); a key reserves its last settled
+    /// cost when that is more ([`crate::cost`]).
     pub reserve: u32,
+    /// Reservations of one key in flight at once (1..=255), the bound on how many requests
+    /// can pass on a reservation smaller than their cost ([`crate::cost`]).
+    pub max_in_flight: u8,
     /// Lowercase response header carrying the actual cost (a whole number).
     pub from_response_header: String,
 }

@@ -123,6 +123,8 @@ pub(super) struct RawLimit {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawCost {
     pub(super) reserve: u32,
+    #[serde(default)]
+    pub(super) max_in_flight: Option<u32>,
     pub(super) from_response_header: String,
 }
 

@@ -245,8 +245,46 @@ fn errors_name_the_field_path() {
             r#"{"routes":[{"name":"api","path_prefix":"api"}]}"#.into(),
             Is("routes[0].path_prefix: must start with '/'"),
         ),
+        (
+            r#"{"limits":[{"name":"a","class":"*","route":"*","rate_per_s":1,"burst":5,"key":"client_ip","cost":{"reserve":1,"max_in_flight":0,"from_response_header":"x-cost"}}]}"#.into(),
+            Is("limits[0].cost.max_in_flight: 0: must be 1..=255"),
+        ),
+        (
+            r#"{"limits":[{"name":"a","class":"*","route":"*","rate_per_s":1,"burst":5,"key":"client_ip","cost":{"reserve":1,"max_in_flight":256,"from_response_header":"x-cost"}}]}"#.into(),
+            Is("limits[0].cost.max_in_flight: 256: must be 1..=255"),
+        ),
     ];
     check_errors(&cases);
+}
+
+#[test]
+fn a_cost_limit_whose_burst_outlasts_the_retry_after_max_is_warned_about() {
+    // 1,000 at 10/s: 100 s to refill, more than the 60 s humans are told at most; 200 s is
+    // within script's 300. The cap defaults to 4 in flight.
+    let c = parse(
+        br#"{"limits":[
+            {"name":"items","class":"human","route":"*","rate_per_s":10,"burst":1000,"key":"client_ip",
+             "cost":{"reserve":20,"from_response_header":"x-cost"}},
+            {"name":"fits","class":"human","route":"*","rate_per_s":20,"burst":1000,"key":"client_ip",
+             "cost":{"reserve":20,"max_in_flight":9,"from_response_header":"x-cost"}},
+            {"name":"scripts","class":"script","route":"*","rate_per_s":1,"burst":200,"key":"client_ip",
+             "cost":{"reserve":20,"from_response_header":"x-cost"}}]}"#,
+    )
+    .expect("valid: warnings do not refuse a configuration");
+    let cost: Vec<&String> = c.warnings.iter().filter(|w| w.contains(".cost:")).collect();
+    assert_eq!(
+        cost,
+        ["limits[0].cost: limit \"items\" takes 100 s to refill its burst (burst / rate_per_s), \
+          longer than classes.human.retry_after.max_s (60 s): a client of class human whose \
+          costs spent the burst (or put it in debt) and that waits Retry-After can be rejected \
+          again"]
+    );
+    let in_flight: Vec<u8> = c
+        .limits
+        .iter()
+        .filter_map(|l| l.cost.as_ref().map(|c| c.max_in_flight))
+        .collect();
+    assert_eq!(in_flight, [4, 9, 4]);
 }
 
 #[test]

@@ -14,7 +14,9 @@ use crate::store::PUBLISHED_HASH_SEED;
 /// longer than the class's `retry_after.max_s`: a client that waits the clamped Retry-After
 /// comes back before a token has, and is rejected again. The clamp is the operator's choice
 /// and stays; the warning says what it costs. A limit of class `*` is checked against every
-/// class.
+/// class. A cost-based limit is warned about, too, when refilling its whole burst takes
+/// longer than `max_s`: a key that a costly response put in debt is then told to come back
+/// before it can be admitted.
 pub(super) fn retry_after(
     limits: &[Limit],
     classes: &[ClassPolicy; Class::ALL.len()],
@@ -33,6 +35,19 @@ pub(super) fn retry_after(
                      a client of class {class} that waits Retry-After can be rejected again",
                     l.name,
                     l.rate.emission_ns as f64 / NS_PER_S as f64,
+                    class = class.as_str(),
+                ));
+            } else if l.cost.is_some()
+                && l.rate.capacity_ns() > u128::from(max_s) * u128::from(NS_PER_S)
+            {
+                // Retry-After covers a cost-based key's debt only up to the class cap.
+                out.push(format!(
+                    "limits[{i}].cost: limit {:?} takes {} s to refill its burst (burst / \
+                     rate_per_s), longer than classes.{class}.retry_after.max_s ({max_s} s): \
+                     a client of class {class} whose costs spent the burst (or put it in debt) \
+                     and that waits Retry-After can be rejected again",
+                    l.name,
+                    l.rate.capacity_ns() as f64 / NS_PER_S as f64,
                     class = class.as_str(),
                 ));
             }
