@@ -52,20 +52,58 @@ pub fn client_ip(
 
 /// The address masked to the configured prefix length: the bucket key of a client.
 pub fn masked(ip: IpAddr, cfg: &ClientIpConfig) -> IpAddr {
+    mask(ip, cfg.ipv4_prefix_len, cfg.ipv6_prefix_len)
+}
+
+/// `ip` masked to its first `v4_len` (IPv4) or `v6_len` (IPv6) bits.
+fn mask(ip: IpAddr, v4_len: u8, v6_len: u8) -> IpAddr {
     match ip {
         IpAddr::V4(v4) => {
             let bits = u32::from(v4);
-            let len = u32::from(cfg.ipv4_prefix_len.min(32));
+            let len = u32::from(v4_len.min(32));
             let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
             IpAddr::V4(Ipv4Addr::from(bits & mask))
         }
         IpAddr::V6(v6) => {
             let bits = u128::from(v6);
-            let len = u32::from(cfg.ipv6_prefix_len.min(128));
+            let len = u32::from(v6_len.min(128));
             let mask = u128::MAX.checked_shl(128 - len).unwrap_or(0);
             IpAddr::V6(Ipv6Addr::from(bits & mask))
         }
     }
+}
+
+/// Prefix length of an IPv4 client's address group: a /24, the smallest block routed on
+/// the Internet.
+pub const GROUP_IPV4_PREFIX_LEN: u8 = 24;
+/// Prefix length of an IPv6 client's address group: a /48, a site's usual allocation.
+pub const GROUP_IPV6_PREFIX_LEN: u8 = 48;
+
+/// The address group of `ip` (a client address, maybe already masked to its prefix): `ip`
+/// masked to its /24 (IPv4) or /48 (IPv6), so a prefix already wider than that is its own
+/// group. The per-worker fallback charges a client that finds no room of its own to its
+/// group's bucket ([`crate::local_store`]): one bucket per group, whatever the number of
+/// addresses in it.
+pub fn group(ip: IpAddr) -> IpAddr {
+    mask(ip, GROUP_IPV4_PREFIX_LEN, GROUP_IPV6_PREFIX_LEN)
+}
+
+/// Fingerprint of `ip`'s [`group`] under a limit whose own fingerprint is `limit_fp` (a
+/// seeded hash, secret with the seed): two groups of one limit never share one, and groups
+/// of two limits share one only if the limits' fingerprints happen to differ by the two
+/// groups' bits (chance 2^-64). Cheap (a few multiplications): it is made for every
+/// address key of every request.
+pub fn group_fp(ip: IpAddr, limit_fp: u64) -> u64 {
+    // The group's bits, tagged by family: an IPv4 /24 (32 bits), an IPv6 /48 (48 bits).
+    let bits = match group(ip) {
+        IpAddr::V4(v4) => (1 << 56) | u64::from(u32::from(v4)),
+        IpAddr::V6(v6) => (2 << 56) | (u128::from(v6) >> 80) as u64,
+    };
+    // splitmix64's finaliser: a bijection, so distinct inputs stay distinct.
+    let mut x = limit_fp ^ bits;
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 #[cfg(test)]
@@ -171,5 +209,31 @@ mod tests {
         };
         assert_eq!(masked(ip("192.0.2.77"), &c0), ip("0.0.0.0"));
         assert_eq!(masked(ip("2001:db8::1"), &c0), ip("2001:db8::1"));
+    }
+
+    #[test]
+    fn groups_are_the_24_or_48_and_distinct_per_limit() {
+        assert_eq!(group(ip("192.0.2.77")), ip("192.0.2.0"));
+        assert_eq!(group(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1::"));
+        // A key prefix wider than the group is its own group.
+        assert_eq!(group(ip("10.1.0.0")), ip("10.1.0.0"));
+        assert_eq!(group(ip("2001:db8::")), ip("2001:db8::"));
+        let fp = |a: &str, limit: u64| group_fp(ip(a), limit);
+        assert_eq!(fp("192.0.2.1", 7), fp("192.0.2.254", 7));
+        assert_eq!(fp("2001:db8:1:2::1", 7), fp("2001:db8:1:ffff::9", 7));
+        let distinct = [
+            fp("192.0.2.1", 7),
+            fp("192.0.3.1", 7),
+            fp("192.0.2.1", 8),
+            fp("2001:db8:1::1", 7),
+            fp("2001:db8:2::1", 7),
+            // Its /48's 48 bits are 192.0.2.0's 32: told apart by the family.
+            fp("0:c000:200::1", 7),
+        ];
+        for (i, a) in distinct.iter().enumerate() {
+            for b in distinct.get(i + 1..).unwrap_or_default() {
+                assert_ne!(a, b);
+            }
+        }
     }
 }

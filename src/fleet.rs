@@ -603,7 +603,11 @@ mod tests {
     const T0: u64 = 1_700_000_000 * NS_PER_S;
 
     fn key(fp: u64) -> StateKey {
-        StateKey { fp, overflow_fp: 0 }
+        StateKey {
+            fp,
+            group_fp: None,
+            overflow_fp: 0,
+        }
     }
 
     #[test]

@@ -139,7 +139,11 @@ mod tests {
     use super::*;
 
     fn key(fp: u64) -> StateKey {
-        StateKey { fp, overflow_fp: 0 }
+        StateKey {
+            fp,
+            group_fp: None,
+            overflow_fp: 0,
+        }
     }
 
     #[test]

@@ -401,8 +401,9 @@ impl Limiter {
         h.finish()
     }
 
-    /// The state key of one bucket: its fingerprint, and the limit's overflow value in the
-    /// per-worker fallback.
+    /// The state key of one bucket: its fingerprint, and what it shares in the per-worker
+    /// fallback when it finds no room there: a client address's group
+    /// ([`crate::client_ip::group`]) under the limit, then the limit's overflow value.
     pub(crate) fn key(&self, limit_name: &str, key: &KeyPart<'_>) -> StateKey {
         let mut h = self.hasher.build_hasher();
         // The slot count is part of a bucket's identity: with another `store.slots` every
@@ -415,9 +416,14 @@ impl Limiter {
         key.hash(&mut h);
         let mut o = overflow;
         "overflow".hash(&mut o);
+        let overflow_fp = o.finish();
         StateKey {
             fp: h.finish(),
-            overflow_fp: o.finish(),
+            group_fp: match key {
+                KeyPart::Ip(ip) => Some(crate::client_ip::group_fp(*ip, overflow_fp)),
+                _ => None,
+            },
+            overflow_fp,
         }
     }
 
@@ -1061,7 +1067,11 @@ mod tests {
     }
 
     fn fp_key(fp: u64) -> StateKey {
-        StateKey { fp, overflow_fp: 0 }
+        StateKey {
+            fp,
+            group_fp: None,
+            overflow_fp: 0,
+        }
     }
 
     /// A global limit of `rate` (no compliance tracking).

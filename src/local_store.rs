@@ -5,11 +5,15 @@
 //! Bounded, so a store outage under a flood of distinct clients cannot grow memory, and it
 //! evicts only what carries no information: a value of rank 0 ([`SlotValue::rank`], e.g. a
 //! bucket that is full again). Any other value is kept, so an exhausted client stays
-//! exhausted whatever other clients send. When the map is full and nothing can go, a new key
-//! gets no value of its own: it shares the key's *overflow* value (one per limit), which is
-//! strict: every such key draws from it.
+//! exhausted whatever other clients send. A key that finds no room (the key map is full of
+//! active values) shares the value of its *group* ([`StateKey::group_fp`]: for a client
+//! address, its /24 or /48 under the limit), kept in a second map bounded the same way; a key
+//! without a group, or whose group finds no room either, shares the key's *overflow* value
+//! (one per limit). Every shared value is strict: each key that shares it draws from it, and
+//! a key's group never changes, so churning addresses inside a group cannot make fresh
+//! buckets, while a client from another group is not charged for it.
 //!
-//! Finding evictable values never scans the map: a min-heap holds one entry per key,
+//! Finding evictable values never scans a map: a min-heap holds one entry per key,
 //! `(free_at_ns when pushed, key)` ([`SlotValue::free_at_ns`]), and only entries whose time
 //! has come are looked at. An entry can be early (the value changed since; it is pushed
 //! again with its current time) or late (the value was relaxed, e.g. a refund; it is then
@@ -25,53 +29,60 @@ use std::collections::{BinaryHeap, HashMap};
 pub enum LocalPlace {
     /// The key's own entry.
     Own,
+    /// The shared entry of the key's group (`group_fp`).
+    Group,
     /// The shared overflow entry of the key's `overflow_fp`.
     Overflow,
 }
 
-/// The per-worker fallback store: at most `cap` keys, plus one overflow value per
-/// overflow key (one per limit).
+/// At most `cap` values by fingerprint, evicting only values of rank 0.
 #[derive(Debug)]
-pub struct LocalStore<V> {
+struct Bounded<V> {
     map: HashMap<u64, V>,
     /// One entry per key of `map`: the earliest time its value may rank 0.
     free_at: BinaryHeap<Reverse<(u64, u64)>>,
-    overflow: HashMap<u64, V>,
     cap: usize,
     /// Heap entries looked at while evicting (tests check a full map is not rescanned).
     examined: u64,
 }
 
-impl<V: SlotValue> LocalStore<V> {
-    /// A store holding at most `cap` (at least 1) keys.
-    pub fn new(cap: usize) -> LocalStore<V> {
-        LocalStore {
+impl<V: SlotValue> Bounded<V> {
+    fn new(cap: usize) -> Bounded<V> {
+        Bounded {
             map: HashMap::new(),
             free_at: BinaryHeap::new(),
-            overflow: HashMap::new(),
             cap: cap.max(1),
             examined: 0,
         }
     }
 
-    /// Keys held (overflow values not included).
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    /// True when no key is held.
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
-    /// Heap entries looked at while evicting, so far.
-    pub fn examined(&self) -> u64 {
-        self.examined
-    }
-
-    /// The value of key `fp`, if it has its own.
-    pub fn get(&self, fp: u64) -> Option<V> {
-        self.map.get(&fp).copied()
+    /// `f` on `fp`'s value (its own, or `None` for a new one that found room) and the new
+    /// value kept; `None` (nothing called) when `fp` has no value and there is no room.
+    fn measure_and_replace<T>(
+        &mut self,
+        fp: u64,
+        now_ns: u64,
+        f: &mut impl FnMut(Option<V>) -> (T, Option<V>),
+    ) -> Option<T> {
+        if let Some(v) = self.map.get_mut(&fp) {
+            let (out, new) = f(Some(*v));
+            if let Some(new) = new {
+                *v = new;
+            }
+            return Some(out);
+        }
+        if self.map.len() >= self.cap {
+            self.evict_free(now_ns);
+        }
+        if self.map.len() >= self.cap {
+            return None;
+        }
+        let (out, new) = f(None);
+        if let Some(new) = new {
+            self.map.insert(fp, new);
+            self.free_at.push(Reverse((new.free_at_ns(), fp)));
+        }
+        Some(out)
     }
 
     /// Drops every value of rank 0 at `now_ns`, looking only at heap entries whose time has
@@ -103,33 +114,68 @@ impl<V: SlotValue> LocalStore<V> {
     }
 }
 
+/// The per-worker fallback store: at most `cap` keys, at most `cap` groups, plus one
+/// overflow value per overflow key (one per limit).
+#[derive(Debug)]
+pub struct LocalStore<V> {
+    keys: Bounded<V>,
+    groups: Bounded<V>,
+    overflow: HashMap<u64, V>,
+}
+
+impl<V: SlotValue> LocalStore<V> {
+    /// A store holding at most `cap` (at least 1) keys and as many groups.
+    pub fn new(cap: usize) -> LocalStore<V> {
+        LocalStore {
+            keys: Bounded::new(cap),
+            groups: Bounded::new(cap),
+            overflow: HashMap::new(),
+        }
+    }
+
+    /// Keys held (group and overflow values not included).
+    pub fn len(&self) -> usize {
+        self.keys.map.len()
+    }
+
+    /// True when no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.keys.map.is_empty()
+    }
+
+    /// Groups held.
+    pub fn groups_len(&self) -> usize {
+        self.groups.map.len()
+    }
+
+    /// Heap entries looked at while evicting keys and groups, so far.
+    pub fn examined(&self) -> u64 {
+        self.keys.examined + self.groups.examined
+    }
+
+    /// The value of key `fp`, if it has its own.
+    pub fn get(&self, fp: u64) -> Option<V> {
+        self.keys.map.get(&fp).copied()
+    }
+}
+
 impl<V: SlotValue> StateStore<V> for LocalStore<V> {
     type Place = LocalPlace;
 
-    /// Never fails: a key without room uses its overflow value.
+    /// Never fails: a key without room uses its group's value, else its overflow value.
     fn measure_and_replace<T>(
         &mut self,
         key: StateKey,
         now_ns: u64,
         mut f: impl FnMut(Option<V>) -> (T, Option<V>),
     ) -> Result<(T, LocalPlace), StoreFault> {
-        if let Some(v) = self.map.get_mut(&key.fp) {
-            let (out, new) = f(Some(*v));
-            if let Some(new) = new {
-                *v = new;
-            }
+        if let Some(out) = self.keys.measure_and_replace(key.fp, now_ns, &mut f) {
             return Ok((out, LocalPlace::Own));
         }
-        if self.map.len() >= self.cap {
-            self.evict_free(now_ns);
-        }
-        if self.map.len() < self.cap {
-            let (out, new) = f(None);
-            if let Some(new) = new {
-                self.map.insert(key.fp, new);
-                self.free_at.push(Reverse((new.free_at_ns(), key.fp)));
+        if let Some(group) = key.group_fp {
+            if let Some(out) = self.groups.measure_and_replace(group, now_ns, &mut f) {
+                return Ok((out, LocalPlace::Group));
             }
-            return Ok((out, LocalPlace::Own));
         }
         let current = self.overflow.get(&key.overflow_fp).copied();
         let (out, new) = f(current);
@@ -146,7 +192,8 @@ impl<V: SlotValue> StateStore<V> for LocalStore<V> {
         mut f: impl FnMut(V) -> V,
     ) -> Result<(), StoreFault> {
         let slot = match at {
-            LocalPlace::Own => self.map.get_mut(&key.fp),
+            LocalPlace::Own => self.keys.map.get_mut(&key.fp),
+            LocalPlace::Group => key.group_fp.and_then(|g| self.groups.map.get_mut(&g)),
             LocalPlace::Overflow => self.overflow.get_mut(&key.overflow_fp),
         };
         if let Some(v) = slot {
@@ -165,13 +212,18 @@ mod tests {
     const T0: u64 = 1_700_000_000 * NS_PER_S;
 
     fn key(fp: u64) -> StateKey {
-        StateKey { fp, overflow_fp: 0 }
+        StateKey {
+            fp,
+            group_fp: None,
+            overflow_fp: 0,
+        }
     }
 
     /// Takes a token for `fp` (overflow key: the rate's emission interval, one per limit).
     fn take(local: &mut LocalStore<KeyState>, fp: u64, now: u64, rate: Rate) -> (bool, LocalPlace) {
         let k = StateKey {
             fp,
+            group_fp: None,
             overflow_fp: rate.emission_ns,
         };
         let (t, at) = local
@@ -195,6 +247,35 @@ mod tests {
         take(local, fp, now, rate).0
     }
 
+    /// Takes a token for `fp` of group `group` (overflow key 0).
+    fn take_in(
+        local: &mut LocalStore<KeyState>,
+        (fp, group): (u64, u64),
+        now: u64,
+        rate: Rate,
+    ) -> (bool, LocalPlace) {
+        let k = StateKey {
+            fp,
+            group_fp: Some(group),
+            overflow_fp: 0,
+        };
+        let (ok, at) = local
+            .measure_and_replace(k, now, |s| {
+                match bucket::take(s.map(|k| k.bucket), now, rate) {
+                    Take::Allowed { state, .. } => (
+                        true,
+                        Some(KeyState {
+                            bucket: state,
+                            ..KeyState::default()
+                        }),
+                    ),
+                    Take::Limited { .. } => (false, None),
+                }
+            })
+            .unwrap_or((false, LocalPlace::Own));
+        (ok, at)
+    }
+
     #[test]
     fn churn_past_capacity_cannot_reset_an_exhausted_key() {
         let mut local = LocalStore::new(4);
@@ -208,7 +289,7 @@ mod tests {
             .count();
         assert_eq!(churn, 5);
         assert_eq!(local.len(), 4);
-        assert_eq!(local.free_at.len(), 4);
+        assert_eq!(local.keys.free_at.len(), 4);
         assert!(!allowed(&mut local, 1, T0 + 3_000, rate));
         // The map was full of active buckets the whole time: never looked at once.
         assert_eq!(local.examined(), 0);
@@ -263,7 +344,7 @@ mod tests {
         );
         assert_eq!(local.examined(), 2);
         assert_eq!(local.len(), 2);
-        assert_eq!(local.free_at.len(), 2);
+        assert_eq!(local.keys.free_at.len(), 2);
         // Thousands of new keys before T0 + 3 s: none is free, none is examined again.
         for fp in 10..5_000u64 {
             let _ = take(&mut local, fp, T0 + 2 * NS_PER_S + fp, rate);
@@ -285,6 +366,7 @@ mod tests {
         assert!(!allowed(&mut local, 3, T0, rate));
         let k = StateKey {
             fp: 2,
+            group_fp: None,
             overflow_fp: rate.emission_ns,
         };
         assert_eq!(
@@ -304,5 +386,98 @@ mod tests {
             Ok(())
         );
         assert!(allowed(&mut local, 1, T0, rate));
+    }
+
+    #[test]
+    fn a_key_without_room_shares_its_group_and_other_groups_are_not_charged_for_it() {
+        let mut local = LocalStore::new(2);
+        let rate = Rate::new(0.001, 2);
+        // Two active keys fill the key map.
+        assert_eq!(
+            take_in(&mut local, (1, 100), T0, rate),
+            (true, LocalPlace::Own)
+        );
+        assert_eq!(
+            take_in(&mut local, (2, 100), T0, rate),
+            (true, LocalPlace::Own)
+        );
+        // 50 more keys of group 200 (an attacker's /24): they share one bucket of burst 2.
+        let attacker: Vec<bool> = (10..60u64)
+            .map(|fp| take_in(&mut local, (fp, 200), T0, rate).0)
+            .collect();
+        assert_eq!(attacker.iter().filter(|ok| **ok).count(), 2);
+        assert_eq!(attacker.get(..3), Some(&[true, true, false][..]));
+        // A key of another group is charged to its own group's bucket, which is full.
+        assert_eq!(
+            take_in(&mut local, (70, 300), T0, rate),
+            (true, LocalPlace::Group)
+        );
+        // Another address of that group shares it: one token left, then none, for either.
+        assert!(take_in(&mut local, (71, 300), T0, rate).0);
+        assert!(!take_in(&mut local, (72, 300), T0, rate).0);
+        assert!(!take_in(&mut local, (70, 300), T0, rate).0);
+        // The keys with their own entries kept them (one token left each).
+        assert_eq!(
+            take_in(&mut local, (1, 100), T0, rate),
+            (true, LocalPlace::Own)
+        );
+        assert!(!take_in(&mut local, (1, 100), T0, rate).0);
+        assert_eq!((local.len(), local.groups_len()), (2, 2));
+    }
+
+    #[test]
+    fn groups_are_bounded_and_a_group_without_room_shares_the_overflow() {
+        let mut local = LocalStore::new(1);
+        let rate = Rate::new(0.001, 1);
+        assert!(take_in(&mut local, (1, 100), T0, rate).0);
+        // The only group entry goes to group 200; group 300 finds no room: overflow.
+        assert_eq!(
+            take_in(&mut local, (2, 200), T0, rate),
+            (true, LocalPlace::Group)
+        );
+        assert_eq!(
+            take_in(&mut local, (3, 300), T0, rate),
+            (true, LocalPlace::Overflow)
+        );
+        assert!(!take_in(&mut local, (4, 400), T0, rate).0);
+        assert_eq!(local.groups_len(), 1);
+        // 1000 s later every bucket is full again: group 200's entry goes, group 300 takes
+        // it (the key map's entry is taken first by key 3).
+        let later = T0 + 1_000 * NS_PER_S;
+        assert_eq!(
+            take_in(&mut local, (3, 300), later, rate),
+            (true, LocalPlace::Own)
+        );
+        assert_eq!(
+            take_in(&mut local, (5, 300), later, rate),
+            (true, LocalPlace::Group)
+        );
+        assert!(!take_in(&mut local, (6, 300), later, rate).0);
+    }
+
+    #[test]
+    fn replace_at_reaches_the_group_value() {
+        let mut local = LocalStore::new(1);
+        let rate = Rate::new(0.001, 1);
+        assert!(take_in(&mut local, (1, 100), T0, rate).0);
+        assert_eq!(
+            take_in(&mut local, (2, 200), T0, rate),
+            (true, LocalPlace::Group)
+        );
+        assert!(!take_in(&mut local, (3, 200), T0, rate).0);
+        let k = StateKey {
+            fp: 2,
+            group_fp: Some(200),
+            overflow_fp: 0,
+        };
+        assert_eq!(
+            local.replace_at(k, LocalPlace::Group, |s| KeyState {
+                bucket: bucket::refund(s.bucket, rate),
+                ..s
+            }),
+            Ok(())
+        );
+        assert!(take_in(&mut local, (3, 200), T0, rate).0);
+        assert!(!take_in(&mut local, (2, 200), T0, rate).0);
     }
 }

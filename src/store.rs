@@ -42,13 +42,19 @@ pub enum StoreFault {
     Corrupt,
 }
 
-/// The key of a value: its 64-bit fingerprint, and the key it shares when a bounded store
-/// has no room for it (the per-worker fallback's overflow value, one per limit).
+/// The key of a value: its 64-bit fingerprint, and the keys it shares when a bounded store
+/// has no room for it (the per-worker fallback's group value, then its overflow value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateKey {
     /// Fingerprint of the key (seeded hash).
     pub fp: u64,
-    /// Fingerprint of the overflow value this key shares when it cannot have its own.
+    /// Fingerprint of the key's group (seeded hash: a client address's /24 or /48 under its
+    /// limit, [`crate::client_ip::group`]), whose value the key shares when it cannot have
+    /// its own; `None` for a key that is not a client address (one global key, or a header
+    /// value: it has no wider group than its limit).
+    pub group_fp: Option<u64>,
+    /// Fingerprint of the overflow value this key shares when neither it nor its group can
+    /// have its own (one per limit).
     pub overflow_fp: u64,
 }
 
