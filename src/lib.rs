@@ -8,7 +8,7 @@
 //!
 //! In the order a request meets them: [`client_ip`], [`classify`] (the matcher over the
 //! [`catalog`], giving a [`class`]), [`verification`] ([`verdict_cache`], [`flights`],
-//! [`verify`]), [`shedding`] ([`origin_health`]), [`limiter`] ([`bucket`], [`escalation`],
+//! [`verify`]), [`shedding`] ([`origin_health`], [`top_clients`]), [`limiter`] ([`bucket`], [`escalation`],
 //! [`store`], [`slot_table`], [`local_store`], [`lease`], and in fleet mode [`fleet`]), [`respond`], and
 //! on the way back [`rewrite`]; [`metrics`] counts it all; [`config`] is parsed once per
 //! worker. README's "Code map" has one line per module.
@@ -41,6 +41,7 @@ pub mod rewrite;
 pub mod shedding;
 pub mod slot_table;
 pub mod store;
+pub mod top_clients;
 pub mod verdict_cache;
 pub mod verification;
 pub mod verify;

@@ -58,6 +58,8 @@ enum Phase {
         route: usize,
         /// When it was sent, ns (kept only when shedding measures the origin).
         sent_at_ns: Option<u64>,
+        /// Its client prefix (what its response counts for in the origin's health).
+        client: Option<IpAddr>,
     },
     /// Answered locally by crawlguard.
     Replied,
@@ -133,6 +135,8 @@ pub struct RequestState {
     route: usize,
     /// When the limits let it through, ns (only when shedding measures the origin).
     sent_at_ns: Option<u64>,
+    /// The client prefix (set with the facts).
+    client_prefix: Option<IpAddr>,
     /// The limit (index in [`Config::limits`]) that would have rejected it in shadow mode.
     shadow_limit: Option<usize>,
 }
@@ -217,6 +221,7 @@ impl RequestState {
     fn decide(&mut self, w: &Worker, host: &mut dyn Host, facts: &Facts, class: Class) -> Step {
         let cfg = &w.cfg;
         self.route = facts.route;
+        self.client_prefix = facts.client_prefix;
         let Some(now) = host.now_ns() else {
             return self.forward(cfg, host, class, Vec::new());
         };
@@ -403,6 +408,7 @@ impl RequestState {
             reservations,
             route: self.route,
             sent_at_ns: self.sent_at_ns,
+            client: self.client_prefix,
         };
         host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
         Step::Continue
@@ -436,6 +442,7 @@ impl RequestState {
         if let Phase::Forwarded {
             route,
             sent_at_ns: Some(sent),
+            client,
             ..
         } = self.phase
         {
@@ -443,7 +450,7 @@ impl RequestState {
             // (Envoy's own 503/504 for resets and timeouts included).
             let now = host.now_ns().unwrap_or(sent);
             let error = status.as_deref().is_some_and(|s| s.first() == Some(&b'5'));
-            w.record_response(route, now.saturating_sub(sent) / 1_000_000, error);
+            w.record_response(route, now.saturating_sub(sent) / 1_000_000, error, client);
         }
         // Cheap exit for the common case before reading anything else.
         let code = status.as_deref().unwrap_or_default();

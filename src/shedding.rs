@@ -6,13 +6,17 @@
 //! same; workers cache it in VM memory on each root tick, so the request path reads no
 //! shared data. On each tick a worker judges the route's window ([`crate::origin_health`]):
 //! unhealthy (p95 above `latency_ms` or a 5xx share above `error_ratio`, with at least
-//! `min_requests` responses) raises the level one class, healthy lowers it one class, each
-//! at most once every `step_s` (hysteresis: no flapping). The compare-and-swap makes one
-//! worker's step count for all.
+//! `min_requests` responses, no client prefix counting for more slow or failed responses
+//! than the `min_clients`-th heaviest: [`judge`]) raises the level one class, healthy
+//! lowers it one class, each at most once every `step_s` (hysteresis: no flapping). The
+//! compare-and-swap makes one worker's step count for all.
 
 use crate::config::ShedThresholds;
+#[cfg(doc)]
 use crate::origin_health::Tally;
+use crate::origin_health::Window;
 use crate::store::{SharedData, StoreError};
+use crate::top_clients;
 
 /// Shared-data key prefix of a route's level (`cg:shed:<route>`).
 pub const LEVEL_PREFIX: &str = "cg:shed:";
@@ -49,14 +53,53 @@ impl ShedLevel {
     }
 }
 
-/// True when the window says the origin is unhealthy for these thresholds.
-pub fn unhealthy(view: &Tally, t: &ShedThresholds, min_requests: u32) -> bool {
-    if view.requests < min_requests.max(1) {
-        return false;
+/// The window as shedding judges it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Judgement {
+    /// Unhealthy once each client prefix counts for at most as many slow (and, apart, failed)
+    /// responses as the `min_clients`-th heaviest: what moves the level.
+    pub unhealthy: bool,
+    /// Unhealthy counting every response as it is (what `min_clients` 1 would judge).
+    pub unhealthy_as_a_whole: bool,
+    /// Slow responses over the cap, left out.
+    pub slow_set_aside: u64,
+    /// 5xx responses over the cap, left out.
+    pub errors_set_aside: u64,
+}
+
+/// More than 5% of `requests` slow: the p95 reads above the threshold (nearest rank, as
+/// [`Tally::percentile_ms`]).
+fn slow_share_exceeds(requests: u64, slow: u64) -> bool {
+    let rank = (requests * 95).div_ceil(100).max(1);
+    requests.saturating_sub(slow) < rank
+}
+
+/// Judges a route's window for these thresholds: unhealthy when its p95 is above
+/// `latency_ms` or its 5xx share above `error_ratio`, with at least `min_requests`
+/// responses; each client prefix counting for at most as many slow responses, and apart
+/// as many 5xx, as the `min_clients`-th heaviest prefix (the responses over that cap are
+/// left out of the window), so fewer than `min_clients` clients cannot make an origin that
+/// serves everyone else well look unhealthy.
+pub fn judge(view: &Window, t: &ShedThresholds, min_requests: u32, min_clients: u32) -> Judgement {
+    let n = u64::from(view.tally.requests);
+    let slow = u64::from(view.tally.slow_over(t.latency_ms));
+    let errors = u64::from(view.tally.errors);
+    let min = u64::from(min_requests.max(1));
+    let slow_out =
+        top_clients::excess_over_cap(view.clients.iter().map(|r| r.slow), min_clients).min(slow);
+    let errors_out =
+        top_clients::excess_over_cap(view.clients.iter().map(|r| r.errors), min_clients)
+            .min(errors);
+    let is_slow = |n: u64, slow: u64| n >= min && slow_share_exceeds(n, slow);
+    // Per mille rounded down, as the gauge shows it.
+    let is_failing = |n: u64, e: u64| n >= min && e * 1000 / n.max(1) > u64::from(t.error_permille);
+    Judgement {
+        unhealthy: is_slow(n.saturating_sub(slow_out), slow - slow_out)
+            || is_failing(n.saturating_sub(errors_out), errors - errors_out),
+        unhealthy_as_a_whole: is_slow(n, slow) || is_failing(n, errors),
+        slow_set_aside: slow_out,
+        errors_set_aside: errors_out,
     }
-    let slow = view.percentile_ms(95).is_some_and(|p95| p95 > t.latency_ms);
-    let failing = view.error_permille() > t.error_permille;
-    slow || failing
 }
 
 /// The next level from `cur`: one step toward `max` when unhealthy, toward 0 when healthy,
@@ -125,7 +168,9 @@ pub fn step(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::origin_health::Counts;
     use crate::store::mem::MemStore;
+    use std::net::IpAddr;
 
     fn thresholds() -> ShedThresholds {
         ShedThresholds {
@@ -134,12 +179,24 @@ mod tests {
         }
     }
 
-    fn view(n: u32, ms: u64, errors: u32) -> Tally {
-        let mut t = Tally::default();
+    /// `n` responses of one client (192.0.2.`client`) taking `ms`, the first `errors` 5xx.
+    fn client(w: &mut Window, client: u8, n: u32, ms: u64, errors: u32) {
+        let mut c = Counts::default();
         for i in 0..n {
-            t.record(ms, i < errors);
+            c.record(ms, i < errors, IpAddr::from([192, 0, 2, client]), 100);
         }
-        t
+        w.tally.add(&c.tally);
+        crate::top_clients::sum_rows(&mut w.clients, c.clients.rows());
+    }
+
+    fn view(n: u32, ms: u64, errors: u32) -> Window {
+        let mut w = Window::default();
+        client(&mut w, 1, n, ms, errors);
+        w
+    }
+
+    fn unhealthy(w: &Window, t: &ShedThresholds, min_requests: u32) -> bool {
+        judge(w, t, min_requests, 1).unhealthy
     }
 
     #[test]
@@ -151,6 +208,66 @@ mod tests {
         assert!(!unhealthy(&view(20, 50, 2), &t, 10));
         // Too few requests to judge.
         assert!(!unhealthy(&view(5, 300, 5), &t, 10));
+    }
+
+    /// Nine clients with fast 2xx (180 responses) and one more: its slow URLs (20 of the
+    /// 210 responses, p95 above 100 ms) or its 500s (40 of 220, 18% > 10%).
+    #[test]
+    fn one_clients_slow_or_failed_responses_do_not_make_the_window_unhealthy() {
+        let t = thresholds();
+        let mut slow = Window::default();
+        let mut failing = Window::default();
+        for c in 2..=10 {
+            client(&mut slow, c, 20, 5, 0);
+            client(&mut failing, c, 20, 5, 0);
+        }
+        client(&mut slow, 1, 10, 5, 0);
+        client(&mut slow, 1, 20, 400, 0);
+        client(&mut failing, 1, 40, 5, 40);
+        for (w, what) in [(&slow, "slow"), (&failing, "failing")] {
+            let whole = judge(w, &t, 20, 1);
+            assert!(whole.unhealthy && whole.unhealthy_as_a_whole, "{what}");
+            let j = judge(w, &t, 20, 3);
+            assert_eq!(
+                (j.unhealthy, j.unhealthy_as_a_whole),
+                (false, true),
+                "{what}"
+            );
+            let set_aside = if what == "slow" { (20, 0) } else { (0, 40) };
+            assert_eq!((j.slow_set_aside, j.errors_set_aside), set_aside, "{what}");
+        }
+        // A second slow client is not enough either (both count as the third: none).
+        client(&mut slow, 2, 10, 400, 0);
+        let j = judge(&slow, &t, 20, 3);
+        assert_eq!((j.unhealthy, j.slow_set_aside), (false, 30));
+        // A third: the heaviest counts as the third's 10, so 30 slow of 220 are judged.
+        client(&mut slow, 3, 10, 400, 0);
+        let j = judge(&slow, &t, 20, 3);
+        assert_eq!((j.unhealthy, j.slow_set_aside), (true, 10));
+        client(&mut slow, 1, 20, 400, 0);
+        let j = judge(&slow, &t, 20, 3);
+        assert_eq!((j.unhealthy, j.slow_set_aside), (true, 30));
+    }
+
+    #[test]
+    fn an_origin_slow_or_failing_for_everyone_is_unhealthy_whatever_min_clients() {
+        let t = thresholds();
+        let mut w = Window::default();
+        for c in 1..=4 {
+            client(&mut w, c, 10, 300, 5);
+        }
+        for k in 1..=8 {
+            let j = judge(&w, &t, 20, k);
+            assert_eq!(
+                (j.unhealthy, j.slow_set_aside, j.errors_set_aside),
+                (
+                    k <= 4,
+                    if k <= 4 { 0 } else { 40 },
+                    if k <= 4 { 0 } else { 20 }
+                ),
+                "min_clients {k}"
+            );
+        }
     }
 
     #[test]

@@ -10,12 +10,13 @@ use crate::flights::Flights;
 use crate::host::Host;
 use crate::limiter::Limiter;
 use crate::metrics::{Metrics, VerifyEvent, STATS_FLUSH_MS};
-use crate::origin_health::{self, Tally};
+use crate::origin_health::{self, Counts, Window};
 use crate::request::{self, Handle};
 use crate::shedding;
 use crate::verdict_cache::VerdictCache;
 use crate::verification::{self, Resolution};
 use std::cell::{Cell, RefCell};
+use std::net::IpAddr;
 
 /// The root tick period when only once-a-second work needs it (shedding, the verifier's
 /// safety net), ms.
@@ -62,7 +63,9 @@ pub struct Worker {
     /// Verifier error warnings.
     pub verifier_warning: WarnEvery10s,
     /// Per route: this worker's response counts since the last tick (origin health).
-    health: RefCell<Vec<Tally>>,
+    health: RefCell<Vec<Counts>>,
+    /// "Unhealthy only through a few clients" warnings.
+    few_clients_warning: WarnEvery10s,
     /// Per route: the shed level in force, as read on the last tick.
     shed_levels: RefCell<Vec<u8>>,
     /// When shedding last ran (it runs about once a second, whatever the tick period).
@@ -89,7 +92,8 @@ impl Worker {
             flights: RefCell::new(Flights::default()),
             store_warning: WarnEvery10s::default(),
             verifier_warning: WarnEvery10s::default(),
-            health: RefCell::new(vec![Tally::default(); routes]),
+            health: RefCell::new(vec![Counts::default(); routes]),
+            few_clients_warning: WarnEvery10s::default(),
             shed_levels: RefCell::new(vec![0; routes]),
             last_shedding_ns: Cell::new(None),
             fleet_sync: RefCell::new(SyncState::default()),
@@ -190,11 +194,20 @@ impl Worker {
         self.resume(host, resumed);
     }
 
-    /// Counts a response of route `route` that took `latency_ms` (VM memory only).
-    pub fn record_response(&self, route: usize, latency_ms: u64, error: bool) {
+    /// Counts a response of route `route` to client prefix `client` (`None`: no parsable
+    /// address) that took `latency_ms` (VM memory only).
+    pub fn record_response(
+        &self,
+        route: usize,
+        latency_ms: u64,
+        error: bool,
+        client: Option<IpAddr>,
+    ) {
+        let threshold_ms = self.cfg.shedding.thresholds_of(route).latency_ms;
+        let client = client.unwrap_or(crate::top_clients::UNKNOWN_CLIENT);
         if let Ok(mut h) = self.health.try_borrow_mut() {
-            if let Some(t) = h.get_mut(route) {
-                t.record(latency_ms, error);
+            if let Some(c) = h.get_mut(route) {
+                c.record(latency_ms, error, client, threshold_ms);
             }
         }
     }
@@ -227,24 +240,37 @@ impl Worker {
         };
         let max = u8::try_from(sh.order.len()).unwrap_or(u8::MAX);
         let mut levels = Vec::with_capacity(tallies.len());
-        for (i, tally) in tallies.iter().enumerate() {
+        for (i, counts) in tallies.iter().enumerate() {
             let route = self.cfg.route_name(i);
             let store = host.shared_data();
-            let view = origin_health::merge(
+            let window = origin_health::merge(
                 store,
                 &origin_health::key(route),
-                tally,
+                counts,
                 now_s,
                 sh.window_s,
                 self.cfg.store.cas_retries,
             )
             .unwrap_or_default();
-            let sick = shedding::unhealthy(&view, &sh.thresholds_of(i), sh.min_requests);
+            let judged = shedding::judge(
+                &window,
+                &sh.thresholds_of(i),
+                sh.min_requests,
+                sh.min_clients,
+            );
+            if judged.unhealthy_as_a_whole
+                && !judged.unhealthy
+                && self.few_clients_warning.due(now_ns)
+            {
+                log_few_clients(&self.cfg, route, &window);
+            }
+            let sick = judged.unhealthy;
+            let view = &window.tally;
             let level =
                 match shedding::step(store, &shedding::key(route), sick, max, now_s, sh.step_s) {
                     Ok((l, moved)) => {
                         if let Some(from) = moved {
-                            log_level_change(&self.cfg, route, from, l.level, &view);
+                            log_level_change(&self.cfg, route, from, l.level, &window, &judged);
                         }
                         l.level
                     }
@@ -274,7 +300,7 @@ impl Worker {
             }
         }
         if let Ok(mut h) = self.health.try_borrow_mut() {
-            h.resize(tallies.len(), Tally::default());
+            h.resize(tallies.len(), Counts::default());
         }
         if let Ok(mut l) = self.shed_levels.try_borrow_mut() {
             for (i, (was, now)) in l.iter().zip(&levels).enumerate() {
@@ -380,9 +406,40 @@ fn log_level_applied(route: &str, level: u8) {
     log::debug!("shedding route={route}: this worker applies level {level}");
 }
 
+/// Logs, at warn level, that the route's window is unhealthy only through fewer client
+/// prefixes than `shedding.min_clients`, so nothing is shed for it: the heaviest prefixes
+/// and their slow and failed responses (what an operator looks for: one client's slow URLs
+/// or 5xx).
+fn log_few_clients(cfg: &crate::config::Config, route: &str, window: &Window) {
+    // The heaviest first, by selection (no sort code in the module for a log line).
+    let mut rows: Vec<&crate::top_clients::ClientRow> = window.clients.iter().collect();
+    let mut heaviest = Vec::new();
+    for _ in 0..cfg.shedding.min_clients.saturating_sub(1).max(1) {
+        let Some(i) = (0..rows.len()).max_by_key(|i| rows.get(*i).map(|r| r.weight())) else {
+            break;
+        };
+        let r = rows.swap_remove(i);
+        heaviest.push(format!("{} ({} slow, {} 5xx)", r.prefix, r.slow, r.errors));
+    }
+    log::warn!(
+        "shedding route={route}: not shedding, the window is unhealthy only through fewer than \
+         shedding.min_clients {} client prefixes; heaviest: {}",
+        cfg.shedding.min_clients,
+        heaviest.join(", ")
+    );
+}
+
 /// Logs a shed level change at warn level: the route, the levels, the classes now shed, and
 /// the window that decided it.
-fn log_level_change(cfg: &crate::config::Config, route: &str, from: u8, to: u8, view: &Tally) {
+fn log_level_change(
+    cfg: &crate::config::Config,
+    route: &str,
+    from: u8,
+    to: u8,
+    window: &Window,
+    judged: &shedding::Judgement,
+) {
+    let view = &window.tally;
     let shed: Vec<&str> = cfg
         .shedding
         .order
@@ -392,10 +449,12 @@ fn log_level_change(cfg: &crate::config::Config, route: &str, from: u8, to: u8, 
         .collect();
     log::warn!(
         "shedding route={route} level {from} -> {to} (shed: [{}]); window: {} responses, \
-         p95 {} ms, 5xx {} per mille",
+         p95 {} ms, 5xx {} per mille; over the per-client cap: {} slow, {} 5xx",
         shed.join(", "),
         view.requests,
         view.percentile_ms(95).unwrap_or(0),
-        view.error_permille()
+        view.error_permille(),
+        judged.slow_set_aside,
+        judged.errors_set_aside
     );
 }

@@ -764,13 +764,73 @@ const SHED: &str = r#""shedding":{"enabled":true,"window_s":2,"min_requests":5,"
 
 const BOT: &str = "AcmeCrawler/1.0 (+http://acme.example/bot)";
 
-/// `n` human requests answered after `ms` each (with `status`).
+/// The browsers' addresses: origin trouble reaches all of them (`shedding.min_clients` is
+/// 3 by default: fewer clients cannot carry the evidence).
+const BROWSERS: [&str; 5] = [
+    "192.0.2.1:4000",
+    "192.0.2.2:4000",
+    "192.0.2.3:4000",
+    "192.0.2.4:4000",
+    "192.0.2.5:4000",
+];
+
+/// `n` human requests answered after `ms` each (with `status`), from the five browsers in
+/// turn.
 fn traffic(p: &mut FakeProxy, n: usize, ms: u64, status: &str) {
-    for _ in 0..n {
-        let (ctx, step) = p.get("/", CHROME, G);
-        assert_eq!(step, Step::Continue);
-        p.advance(ms * MS);
-        p.respond(ctx, &[(":status", status)], true);
+    for i in 0..n {
+        from(p, BROWSERS[i % BROWSERS.len()], ms, status);
+    }
+}
+
+/// One human request from `client` answered after `ms` with `status`.
+fn from(p: &mut FakeProxy, client: &str, ms: u64, status: &str) {
+    let (ctx, step) = p.get("/", CHROME, client);
+    assert_eq!(step, Step::Continue);
+    p.advance(ms * MS);
+    p.respond(ctx, &[(":status", status)], true);
+}
+
+/// One browser's slow URLs (2 of 20 responses: p95 500 ms) or its 500s (5 of 20) among
+/// four others' fast 2xx: the window as a whole is unhealthy, but only through one client,
+/// so nothing is shed (README, "Load shedding": `shedding.min_clients`). With
+/// `min_clients` 1 the same traffic sheds.
+#[test]
+fn one_clients_slow_or_failed_responses_shed_nobody() {
+    for (min_clients, level) in [(3, 0), (1, 1)] {
+        for (ms, status) in [(500, "200"), (5, "500")] {
+            let json = format!(
+                "{{{}}}",
+                SHED.replace(
+                    r#""step_s":1"#,
+                    &format!(r#""step_s":1,"min_clients":{min_clients}"#)
+                )
+            );
+            let mut p = FakeProxy::new(&json, T0);
+            let n = if status == "500" { 5 } else { 2 };
+            for i in 0..20 {
+                // The attacker, 192.0.2.9, sends every fourth request.
+                if i % 4 == 0 && i / 4 < n {
+                    from(&mut p, "192.0.2.9:4000", ms, status);
+                } else {
+                    from(&mut p, BROWSERS[i % 4], 5, "200");
+                }
+            }
+            p.advance(S);
+            p.tick();
+            let what = format!("min_clients {min_clients}, {ms} ms {status}");
+            let as_a_whole = if status == "500" {
+                p.host.gauge("crawlguard.origin.default.error_permille") == Some(250)
+            } else {
+                p.host.gauge("crawlguard.origin.default.p95_ms") == Some(500)
+            };
+            assert!(as_a_whole, "{what}: the window is unhealthy as a whole");
+            assert_eq!(
+                p.host.gauge("crawlguard.shed.default.level"),
+                Some(level),
+                "{what}"
+            );
+            assert_eq!(shed_now(&mut p).0, level == 1, "{what}");
+        }
     }
 }
 

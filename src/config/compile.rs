@@ -495,6 +495,10 @@ fn compile_shedding(
     if !(1..=3_600).contains(&step_s) {
         return Err(err("shedding.step_s", "must be 1..=3600"));
     }
+    let min_clients = raw.min_clients.unwrap_or(d::MIN_CLIENTS);
+    if !(1..=crate::top_clients::TOP_CLIENTS as u32).contains(&min_clients) {
+        return Err(err("shedding.min_clients", "must be 1..=8"));
+    }
     let min_requests = raw.min_requests.unwrap_or(d::MIN_REQUESTS);
     if !(1..=1_000_000).contains(&min_requests) {
         return Err(err("shedding.min_requests", "must be 1..=1000000"));
@@ -536,6 +540,7 @@ fn compile_shedding(
         window_s,
         min_requests,
         step_s,
+        min_clients,
         order,
         retry_after,
     })

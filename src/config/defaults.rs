@@ -198,6 +198,8 @@ pub(super) mod shedding {
     pub const MIN_REQUESTS: u32 = 20;
     /// `shedding.step_s`.
     pub const STEP_S: u32 = 10;
+    /// `shedding.min_clients`: the evidence of trouble must come from 3 client prefixes.
+    pub const MIN_CLIENTS: u32 = 3;
     /// `shedding.retry_after`.
     pub const RETRY_AFTER: RetryAfter = RetryAfter {
         min_s: 15,

@@ -347,6 +347,10 @@ pub struct Shedding {
     pub min_requests: u32,
     /// The level moves at most one class per this many seconds (1..=3600).
     pub step_s: u32,
+    /// Each client prefix counts for at most as many slow (or failed) responses as the
+    /// `min_clients`-th heaviest, so fewer clients than this cannot make the origin look
+    /// unhealthy (1..=[`crate::top_clients::TOP_CLIENTS`]; 1 counts every response as is).
+    pub min_clients: u32,
     /// Classes in the order they are shed, lowest priority first.
     pub order: Vec<Class>,
     /// Retry-After of a shed request (its base is `step_s`, clamped, plus jitter).

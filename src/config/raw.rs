@@ -138,6 +138,7 @@ pub(super) struct RawShedding {
     pub(super) window_s: Option<u32>,
     pub(super) min_requests: Option<u32>,
     pub(super) step_s: Option<u32>,
+    pub(super) min_clients: Option<u32>,
     pub(super) order: Option<Vec<Class>>,
     pub(super) retry_after: Option<RawRetryAfter>,
     #[serde(default, deserialize_with = "unique_keys")]

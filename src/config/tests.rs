@@ -202,6 +202,14 @@ fn errors_name_the_field_path() {
             Is("rewrite.statuses[1]: must be 400..=599"),
         ),
         (
+            r#"{"shedding":{"min_clients":0}}"#.into(),
+            Is("shedding.min_clients: must be 1..=8"),
+        ),
+        (
+            r#"{"shedding":{"min_clients":9}}"#.into(),
+            Is("shedding.min_clients: must be 1..=8"),
+        ),
+        (
             r#"{"fleet":{"sync_interval_ms":99}}"#.into(),
             Is("fleet.sync_interval_ms: must be 100..=60000"),
         ),
