@@ -70,5 +70,26 @@ fn decide_allow(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, classify, decide_allow);
+/// One response counted for shedding (`Worker::record_response`, on every forwarded
+/// response with `shedding.enabled`): a fast 2xx, and slow ones from 12 rotating client
+/// prefixes (more than the 8 rows of the per-client table: every one scans and evicts).
+fn record_response(c: &mut Criterion) {
+    let cfg = config::parse(br#"{"shedding":{"enabled":true}}"#).expect("valid");
+    let w = crawlguard::worker::Worker::new(cfg, Default::default(), 0);
+    let clients: Vec<std::net::IpAddr> = (1..=12u8)
+        .map(|i| std::net::IpAddr::from([192, 0, 2, i]))
+        .collect();
+    let mut i = 0usize;
+    for (name, ms) in [("fast_2xx", 3u64), ("slow_12_clients", 2_500)] {
+        c.bench_function(&format!("shedding/record_response_{name}"), |b| {
+            b.iter(|| {
+                i = i.wrapping_add(1);
+                let client = clients.get(i % clients.len()).copied();
+                w.record_response(0, black_box(ms), false, client)
+            })
+        });
+    }
+}
+
+criterion_group!(benches, classify, decide_allow, record_response);
 criterion_main!(benches);

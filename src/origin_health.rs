@@ -40,11 +40,16 @@ pub struct Tally {
 impl Tally {
     /// Counts one response that took `latency_ms` (5xx when `error`).
     pub fn record(&mut self, latency_ms: u64, error: bool) {
+        self.record_in(bucket_of(latency_ms), error);
+    }
+
+    /// Counts one response in latency bucket `b`.
+    fn record_in(&mut self, b: usize, error: bool) {
         self.requests = self.requests.saturating_add(1);
         if error {
             self.errors = self.errors.saturating_add(1);
         }
-        if let Some(n) = self.latency.get_mut(bucket_of(latency_ms)) {
+        if let Some(n) = self.latency.get_mut(b) {
             *n = n.saturating_add(1);
         }
     }
@@ -144,9 +149,10 @@ impl Counts {
     /// Counts one response of client prefix `prefix` that took `latency_ms` (5xx when
     /// `error`); slow means above the route's `threshold_ms` (see [`reads_above`]).
     pub fn record(&mut self, latency_ms: u64, error: bool, prefix: IpAddr, threshold_ms: u32) {
-        self.tally.record(latency_ms, error);
+        let b = bucket_of(latency_ms);
+        self.tally.record_in(b, error);
         self.clients
-            .record(prefix, reads_above(latency_ms, threshold_ms), error);
+            .record(prefix, bucket_reads_ms(b) > threshold_ms, error);
     }
 
     /// Adds `other`.
