@@ -74,11 +74,11 @@ fn slow_share_exceeds(requests: u64, slow: u64) -> bool {
     requests.saturating_sub(slow) < rank
 }
 
-/// Judges a route's window for these thresholds: unhealthy when its p95 is above
-/// `latency_ms` or its 5xx share above `error_ratio`, with at least `min_requests`
-/// responses; each client prefix counting for at most as many slow responses, and apart
-/// as many 5xx, as the `min_clients`-th heaviest prefix (the responses over that cap are
-/// left out of the window), so fewer than `min_clients` clients cannot make an origin that
+/// Judges a route's window for these thresholds: unhealthy when, with at least
+/// `min_requests` responses in all, its p95 is above `latency_ms` or its 5xx share above
+/// `error_ratio`, each client prefix counting for at most as many slow responses, and
+/// apart as many 5xx, as the `min_clients`-th heaviest prefix (the responses over that cap
+/// are left out of the shares), so fewer than `min_clients` clients cannot make an origin that
 /// serves everyone else well look unhealthy.
 pub fn judge(view: &Window, t: &ShedThresholds, min_requests: u32, min_clients: u32) -> Judgement {
     let n = u64::from(view.tally.requests);
@@ -90,9 +90,13 @@ pub fn judge(view: &Window, t: &ShedThresholds, min_requests: u32, min_clients: 
     let errors_out =
         top_clients::excess_over_cap(view.clients.iter().map(|r| r.errors), min_clients)
             .min(errors);
-    let is_slow = |n: u64, slow: u64| n >= min && slow_share_exceeds(n, slow);
+    // `min_requests` counts every response: enough data is judged on the whole window (the
+    // cap is a share of the evidence; at a few responses per client it takes many, and a
+    // level would fall for want of data while the origin is slow for all).
+    let enough = n >= min;
+    let is_slow = |n: u64, slow: u64| enough && n > 0 && slow_share_exceeds(n, slow);
     // Per mille rounded down, as the gauge shows it.
-    let is_failing = |n: u64, e: u64| n >= min && e * 1000 / n.max(1) > u64::from(t.error_permille);
+    let is_failing = |n: u64, e: u64| enough && n > 0 && e * 1000 / n > u64::from(t.error_permille);
     Judgement {
         unhealthy: is_slow(n.saturating_sub(slow_out), slow - slow_out)
             || is_failing(n.saturating_sub(errors_out), errors - errors_out),
@@ -252,6 +256,15 @@ mod tests {
     #[test]
     fn an_origin_slow_or_failing_for_everyone_is_unhealthy_whatever_min_clients() {
         let t = thresholds();
+        // A few responses each, unevenly (3, 3, 1, 1): half over the cap, yet what is left
+        // is all slow, and `min_requests` counts all 8 (the level must not fall for want
+        // of data: seen in the real-Envoy suite).
+        let mut few = Window::default();
+        for (c, n) in [(1, 3), (2, 3), (3, 1), (4, 1)] {
+            client(&mut few, c, n, 400, 0);
+        }
+        let j = judge(&few, &t, 5, 3);
+        assert_eq!((j.unhealthy, j.slow_set_aside), (true, 4));
         let mut w = Window::default();
         for c in 1..=4 {
             client(&mut w, c, 10, 300, 5);
