@@ -7,7 +7,8 @@ use crate::class::Class;
 use crate::config::{Config, KeyKind, Mode};
 use crate::escalation::Visit;
 use crate::limiter::{
-    Charged, Decision, LimitResult, Limiter, OverLimit, RequestKeys, Reservation, StoreEvents,
+    Charge, Charged, Decision, KeyRules, LimitResult, Limiter, OverLimit, RequestKeys, Reservation,
+    StoreEvents,
 };
 use crate::store::SharedData;
 use std::net::IpAddr;
@@ -148,12 +149,17 @@ pub fn decide(
         // can name) or the one global bucket, and not in shadow mode (the client was never
         // told anything).
         let track = !is_shadow && matches!(limit.key, KeyKind::ClientIp) && req.client.is_some();
-        let mut shadow_taken: Vec<usize> = Vec::new();
         for part in keys {
             let key = limiter.key(&limit.name, part);
             // Leases: enforced limits only (a shadow limit's tokens are given back when it
             // would have rejected; not worth it), not cost-based ones (checked in charge).
-            let leasable = !is_shadow && limit.cost.is_none();
+            let rules = KeyRules {
+                track,
+                leasable: !is_shadow && limit.cost.is_none(),
+                // A shared key (global, the "missing" key, no address) has no flight cap:
+                // one client's stalled requests would shut out all who share it.
+                cap_flights: matches!(part, KeyPart::Ip(_) | KeyPart::Header(Some(_))),
+            };
             let (c, v, at) = limiter.charge(
                 store,
                 key,
@@ -161,8 +167,7 @@ pub fn decide(
                 (i, limit),
                 n,
                 (class, policy),
-                track,
-                leasable,
+                rules,
                 &mut events,
             );
             visit = match (visit, v) {
@@ -171,12 +176,19 @@ pub fn decide(
                 _ => Visit::Unremarkable,
             };
             match c {
-                Charged::Allowed { tokens } => {
+                Charged::Allowed {
+                    tokens,
+                    flight_epoch_s,
+                } => {
                     if let Some(at) = at {
-                        if is_shadow {
-                            shadow_taken.push(charged.len());
-                        }
-                        charged.push((key, i, at, tokens, is_shadow));
+                        charged.push(Charge {
+                            key,
+                            limit: i,
+                            at,
+                            tokens,
+                            shadow: is_shadow,
+                            flight_epoch_s,
+                        });
                     }
                 }
                 Charged::Limited {
@@ -204,36 +216,32 @@ pub fn decide(
     // them would have rejected (enforcing it would have stopped the request there).
     let rejected = decision != Decision::Allowed;
     let mut reservations = Vec::new();
-    for &(key, i, at, n, is_shadow) in &charged {
-        let Some(limit) = cfg.limits.get(i) else {
+    for c in &charged {
+        let Some(limit) = cfg.limits.get(c.limit) else {
             continue;
         };
-        if rejected || (is_shadow && shadow.is_some()) {
+        let r = Reservation {
+            limit: c.limit,
+            reserved: c.tokens,
+            key: c.key,
+            at: c.at,
+            flight_epoch_s: c.flight_epoch_s,
+        };
+        if rejected || (c.shadow && shadow.is_some()) {
             let rate = limiter.local_rate(limit.rate);
             if limit.cost.is_some() {
                 // Everything back, and the reservation's flight ends unlearned.
-                let r = Reservation {
-                    limit: i,
-                    reserved: n,
-                    key,
-                    at,
-                };
                 limiter.end_flight(store, &r, rate, 0, None, now_ns);
             } else {
-                limiter.refund(store, (key, i), at, rate, n);
+                limiter.refund(store, (c.key, c.limit), c.at, rate, c.tokens);
             }
             continue;
         }
         if let Some(f) = limiter.fleet.as_mut() {
-            f.ledger.record(key, i, u64::from(n));
+            f.ledger.record(c.key, c.limit, u64::from(c.tokens));
         }
         if limit.cost.is_some() {
-            reservations.push(Reservation {
-                limit: i,
-                reserved: n,
-                key,
-                at,
-            });
+            reservations.push(r);
         }
     }
     limiter.charged = charged;

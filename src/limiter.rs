@@ -43,11 +43,12 @@ pub struct KeyState {
 
 /// A key's state in a slot: `tat_ns`, `last_ns`, `told_until_ns`, `penalty_until_ns`,
 /// `forget_at_ns` (8 each), `ignored` (2), `level` (1), the told class (1: 0 for none, else
-/// its [`Class::index`] + 1), the cost state's `in_flight` (1), `in_flight_until_s` (4) and
-/// `last_cost` (4), little-endian, after the table's version and owner (62 bytes in all).
+/// its [`Class::index`] + 1), the cost state's `in_flight` (1), `in_flight_prev` (1),
+/// `epoch_s` (4) and `last_cost` (4), little-endian, after the table's version and owner (63
+/// bytes in all).
 impl SlotValue for KeyState {
-    const LEN: usize = 53;
-    const VERSION: u8 = 4;
+    const LEN: usize = 54;
+    const VERSION: u8 = 5;
 
     fn encode(&self, out: &mut [u8]) {
         let c = &self.compliance;
@@ -69,10 +70,13 @@ impl SlotValue for KeyState {
         if let Some(d) = out.get_mut(44) {
             *d = self.cost.in_flight;
         }
-        if let Some(d) = out.get_mut(45..49) {
-            d.copy_from_slice(&self.cost.in_flight_until_s.to_le_bytes());
+        if let Some(d) = out.get_mut(45) {
+            *d = self.cost.in_flight_prev;
         }
-        if let Some(d) = out.get_mut(49..53) {
+        if let Some(d) = out.get_mut(46..50) {
+            d.copy_from_slice(&self.cost.epoch_s.to_le_bytes());
+        }
+        if let Some(d) = out.get_mut(50..54) {
             d.copy_from_slice(&self.cost.last_cost.to_le_bytes());
         }
     }
@@ -96,8 +100,9 @@ impl SlotValue for KeyState {
             },
             cost: CostState {
                 in_flight: *b.get(44)?,
-                in_flight_until_s: u32::from_le_bytes(b.get(45..49)?.try_into().ok()?),
-                last_cost: u32::from_le_bytes(b.get(49..53)?.try_into().ok()?),
+                in_flight_prev: *b.get(45)?,
+                epoch_s: u32::from_le_bytes(b.get(46..50)?.try_into().ok()?),
+                last_cost: u32::from_le_bytes(b.get(50..54)?.try_into().ok()?),
             },
         })
     }
@@ -117,6 +122,16 @@ impl SlotValue for KeyState {
             .tat_ns
             .max(self.compliance.idle_at_ns())
             .max(self.cost.idle_at_ns())
+    }
+
+    /// A shared value keeps no Retry-After compliance (a penalty belongs to one client,
+    /// [`crate::escalation`]) and no flights ([`CostState::shared`]).
+    fn shared(&self) -> Self {
+        KeyState {
+            bucket: self.bucket,
+            compliance: Compliance::default(),
+            cost: self.cost.shared(),
+        }
     }
 }
 
@@ -220,6 +235,9 @@ pub struct Reservation {
     pub reserved: u32,
     pub(crate) key: StateKey,
     pub(crate) at: Placed,
+    /// The flight epoch the reservation counts in ([`CostState::take`]; 0: not counted, a
+    /// shared key's).
+    pub(crate) flight_epoch_s: u32,
 }
 
 /// The result of checking one request against the limits.
@@ -253,8 +271,8 @@ pub(crate) enum Placed {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Charged {
     /// `tokens` taken (a cost-based key's reservation may be more than asked: its last
-    /// cost, [`crate::cost`]).
-    Allowed { tokens: u32 },
+    /// cost, [`crate::cost`]), counted in flight epoch `flight_epoch_s` (0: not counted).
+    Allowed { tokens: u32, flight_epoch_s: u32 },
     /// Over the limit: the Retry-After to send before jitter (clamped, maybe escalated).
     Limited { retry_after_s: u32, escalated: bool },
 }
@@ -274,8 +292,32 @@ pub struct Limiter {
     leases: Leases,
 }
 
-/// One charged key: (key, limit index, where, tokens, the limit is in shadow mode).
-pub(crate) type Charge = (StateKey, usize, Placed, u32, bool);
+/// One charged key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Charge {
+    pub(crate) key: StateKey,
+    /// Index of the limit in [`Config::limits`].
+    pub(crate) limit: usize,
+    pub(crate) at: Placed,
+    pub(crate) tokens: u32,
+    /// The limit is in shadow mode.
+    pub(crate) shadow: bool,
+    /// See [`Reservation::flight_epoch_s`].
+    pub(crate) flight_epoch_s: u32,
+}
+
+/// How [`Limiter::charge`] treats a key, from what the key names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeyRules {
+    /// Retry-After compliance is checked and remembered (an enforced limit keyed by a
+    /// client address).
+    pub(crate) track: bool,
+    /// The token may come from this worker's lease of the key ([`crate::lease`]).
+    pub(crate) leasable: bool,
+    /// A cost-based limit's `max_in_flight` caps the key's reservations in flight: only a
+    /// key naming one client (an address, a key header's value), never a shared one.
+    pub(crate) cap_flights: bool,
+}
 
 impl Limiter {
     /// Builds the limiter for `cfg.store`.
@@ -454,14 +496,18 @@ impl Limiter {
     }
 
     /// Takes `n` tokens from `key`'s bucket under `limit`, for a request of `class` with
-    /// `policy`. With `track` (an enforced limit keyed by a client address), the client's
-    /// Retry-After compliance is checked and remembered, and a client serving a penalty is
-    /// rejected without taking tokens ([`crate::escalation`]: the client is the address and
-    /// the class).
+    /// `policy`. With `rules.track` (an enforced limit keyed by a client address), the
+    /// client's Retry-After compliance is checked and remembered, and a client serving a
+    /// penalty is rejected without taking tokens ([`crate::escalation`]: the client is the
+    /// address and the class).
     ///
-    /// With `leasable` (see [`crate::lease`]) the token may come from this worker's lease of
-    /// the key (no shared-data call), and a charge that leaves the bucket far from empty
-    /// takes a lease of a few more tokens in the same write.
+    /// With `rules.leasable` (see [`crate::lease`]) the token may come from this worker's
+    /// lease of the key (no shared-data call), and a charge that leaves the bucket far from
+    /// empty takes a lease of a few more tokens in the same write.
+    ///
+    /// With `rules.cap_flights` a cost-based key at its `max_in_flight` is rejected at the
+    /// class's shortest Retry-After, without a compliance record: parallel requests are not
+    /// a client ignoring what it was told.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn charge(
         &mut self,
@@ -471,14 +517,19 @@ impl Limiter {
         (limit_idx, limit): (usize, &Limit),
         n: u32,
         (class, policy): (Class, &ClassPolicy),
-        track: bool,
-        leasable: bool,
+        rules: KeyRules,
         events: &mut StoreEvents,
     ) -> (Charged, Visit, Option<Placed>) {
+        let KeyRules {
+            track, leasable, ..
+        } = rules;
         let leasable = leasable && n == 1 && self.fleet.is_none();
         if leasable && self.leases.spend(key, limit_idx, now_ns) {
             return (
-                Charged::Allowed { tokens: 1 },
+                Charged::Allowed {
+                    tokens: 1,
+                    flight_epoch_s: 0,
+                },
                 Visit::Unremarkable,
                 Some(Placed::Lease),
             );
@@ -500,25 +551,29 @@ impl Limiter {
                 Some(_) => st.cost.reservation(n, rate.burst),
                 None => n,
             };
-            let full = limit
-                .cost
-                .as_ref()
-                .is_some_and(|c| !st.cost.has_room(now_ns, c.max_in_flight));
+            let capped = limit.cost.as_ref().filter(|_| rules.cap_flights);
+            let full = capped.is_some_and(|c| !st.cost.has_room(now_ns, c.max_in_flight));
             let wait_ns = if track && st.compliance.penalises(now_ns, class, esc) {
                 // Serving a penalty: rejected without consuming tokens, at the class's base
                 // wait (the step sets the penalty, not what is left of the last one).
                 0
             } else if full {
                 // Its reservations in flight are at the cap: when one settles is not known,
-                // so the class's shortest wait.
-                0
+                // so the class's shortest wait, and nothing told to remember.
+                let limited = Charged::Limited {
+                    retry_after_s: respond::clamp_s(0, ra),
+                    escalated: false,
+                };
+                return ((limited, visit), track.then_some(st));
             } else {
                 match bucket::take_n(Some(st.bucket), now_ns, rate, n) {
                     Take::Allowed { state, remaining } => {
                         st.bucket = state;
-                        if limit.cost.is_some() {
-                            st.cost.take(now_ns);
-                        }
+                        let flight_epoch_s = if capped.is_some() {
+                            st.cost.take(now_ns)
+                        } else {
+                            0
+                        };
                         // A lease only for a key that remembers nothing (spending it skips
                         // the compliance visit, a no-op for such a key).
                         let size = lease::lease_size(rate.burst, remaining);
@@ -530,7 +585,11 @@ impl Limiter {
                                 leased = size;
                             }
                         }
-                        return ((Charged::Allowed { tokens: n }, visit), Some(st));
+                        let allowed = Charged::Allowed {
+                            tokens: n,
+                            flight_epoch_s,
+                        };
+                        return ((allowed, visit), Some(st));
                     }
                     Take::Limited { wait_ns } => wait_ns,
                 }
@@ -681,7 +740,7 @@ impl Limiter {
                 bucket::refund_n(s.bucket, rate, r.reserved - charge)
             };
             let mut cost = s.cost;
-            cost.settle(now_ns, learned);
+            cost.settle(now_ns, r.flight_epoch_s, learned);
             KeyState { bucket, cost, ..s }
         };
         let _ = match r.at {
@@ -1107,8 +1166,11 @@ mod tests {
             (0, &limit_of(rate)),
             1,
             (Class::Human, &policy),
-            false,
-            false,
+            KeyRules {
+                track: false,
+                leasable: false,
+                cap_flights: false,
+            },
             &mut ev,
         );
         (matches!(c, Charged::Allowed { .. }), ev, at)

@@ -11,7 +11,9 @@
 //! without a group, or whose group finds no room either, shares the key's *overflow* value
 //! (one per limit). Every shared value is strict: each key that shares it draws from it, and
 //! a key's group never changes, so churning addresses inside a group cannot make fresh
-//! buckets, while a client from another group is not charged for it.
+//! buckets, while a client from another group is not charged for it. A shared value keeps
+//! only its bucket and learned cost ([`SlotValue::shared`]): no Retry-After compliance or
+//! penalty, no flights, so no client's conduct lands on the neighbours it shares with.
 //!
 //! Finding evictable values never scans a map: a min-heap holds one entry per key,
 //! `(free_at_ns when pushed, key)` ([`SlotValue::free_at_ns`]), and only entries whose time
@@ -44,15 +46,18 @@ struct Bounded<V> {
     cap: usize,
     /// Heap entries looked at while evicting (tests check a full map is not rescanned).
     examined: u64,
+    /// Its values are shared by many keys: each is kept as [`SlotValue::shared`].
+    shared: bool,
 }
 
 impl<V: SlotValue> Bounded<V> {
-    fn new(cap: usize) -> Bounded<V> {
+    fn new(cap: usize, shared: bool) -> Bounded<V> {
         Bounded {
             map: HashMap::new(),
             free_at: BinaryHeap::new(),
             cap: cap.max(1),
             examined: 0,
+            shared,
         }
     }
 
@@ -64,10 +69,11 @@ impl<V: SlotValue> Bounded<V> {
         now_ns: u64,
         f: &mut impl FnMut(Option<V>) -> (T, Option<V>),
     ) -> Option<T> {
+        let shared = self.shared;
         if let Some(v) = self.map.get_mut(&fp) {
             let (out, new) = f(Some(*v));
             if let Some(new) = new {
-                *v = new;
+                *v = if shared { new.shared() } else { new };
             }
             return Some(out);
         }
@@ -79,6 +85,7 @@ impl<V: SlotValue> Bounded<V> {
         }
         let (out, new) = f(None);
         if let Some(new) = new {
+            let new = if shared { new.shared() } else { new };
             self.map.insert(fp, new);
             self.free_at.push(Reverse((new.free_at_ns(), fp)));
         }
@@ -127,8 +134,8 @@ impl<V: SlotValue> LocalStore<V> {
     /// A store holding at most `cap` (at least 1) keys and as many groups.
     pub fn new(cap: usize) -> LocalStore<V> {
         LocalStore {
-            keys: Bounded::new(cap),
-            groups: Bounded::new(cap),
+            keys: Bounded::new(cap, false),
+            groups: Bounded::new(cap, true),
             overflow: HashMap::new(),
         }
     }
@@ -180,7 +187,7 @@ impl<V: SlotValue> StateStore<V> for LocalStore<V> {
         let current = self.overflow.get(&key.overflow_fp).copied();
         let (out, new) = f(current);
         if let Some(new) = new {
-            self.overflow.insert(key.overflow_fp, new);
+            self.overflow.insert(key.overflow_fp, new.shared());
         }
         Ok((out, LocalPlace::Overflow))
     }
@@ -191,13 +198,14 @@ impl<V: SlotValue> StateStore<V> for LocalStore<V> {
         at: LocalPlace,
         mut f: impl FnMut(V) -> V,
     ) -> Result<(), StoreFault> {
-        let slot = match at {
-            LocalPlace::Own => self.keys.map.get_mut(&key.fp),
-            LocalPlace::Group => key.group_fp.and_then(|g| self.groups.map.get_mut(&g)),
-            LocalPlace::Overflow => self.overflow.get_mut(&key.overflow_fp),
+        let (slot, shared) = match at {
+            LocalPlace::Own => (self.keys.map.get_mut(&key.fp), false),
+            LocalPlace::Group => (key.group_fp.and_then(|g| self.groups.map.get_mut(&g)), true),
+            LocalPlace::Overflow => (self.overflow.get_mut(&key.overflow_fp), true),
         };
         if let Some(v) = slot {
-            *v = f(*v);
+            let new = f(*v);
+            *v = if shared { new.shared() } else { new };
         }
         Ok(())
     }

@@ -147,3 +147,48 @@ fn ipv6_clients_without_room_share_their_48() {
     let rest: Vec<bool> = (0..5).map(|n| one(a, net(3 + n % 2, n))).collect();
     assert_eq!(rest, [true, true, true, false, false]);
 }
+
+/// A client that falls to its address group's shared bucket (table and fallback map full)
+/// keeps no Retry-After compliance there: its penalty would land on every neighbour of its
+/// /24. Scaled down: 16 slots and 16 fallback keys, filled by 200 browsers of one /24 whose
+/// buckets stay empty; then a curl client of another /24 ignores Retry-After.
+#[test]
+fn a_penalty_never_lands_on_an_address_group_neighbour() {
+    let cfg = r#"{"verifier":{"enabled":false},
+        "store":{"slots":16,"cas_retries":4,"fallback_buckets":16},
+        "classes":{"script":{"retry_after":{"min_s":2,"max_s":2,"jitter_s":0},
+          "escalation":{"enabled":true,"after_ignored":2,"factor":3,"max_s":54,"decay_s":100}}},
+        "limits":[
+          {"name":"h","class":"human","route":"*","rate_per_s":0.001,"burst":1,"key":"client_ip"},
+          {"name":"s","class":"script","route":"*","rate_per_s":1,"burst":1,"key":"client_ip"}]}"#;
+    let mut p = FakeProxy::new(cfg, T0);
+    for i in 0..200 {
+        let (ctx, _) = p.get("/", CHROME, &dense(i));
+        p.hang_up(ctx);
+    }
+    let attacker = v4(Ipv4Addr::new(172, 16, 0, 1));
+    let neighbour = v4(Ipv4Addr::new(172, 16, 0, 2));
+    assert_eq!(p.get("/", "curl/8", &attacker).1, Step::Continue);
+    let mut seen = Vec::new();
+    for _ in 0..7 {
+        let (ctx, step) = p.get("/", "curl/8", &attacker);
+        assert_eq!(step, Step::Pause);
+        seen.push(
+            p.req(ctx)
+                .reply
+                .as_ref()
+                .and_then(|r| r.header("retry-after"))
+                .and_then(|v| v.parse::<u32>().ok()),
+        );
+        p.advance(100_000_000);
+    }
+    // Shared bucket, no compliance: never escalated (a key of its own would reach 54 s).
+    assert_eq!(seen, [Some(2); 7]);
+    assert_eq!(p.counter("crawlguard.class.script.escalated"), 0);
+    // All eight were decided by the worker's fallback (counted as fail_open).
+    p.tick();
+    assert_eq!(p.counter("crawlguard.class.script.fail_open"), 8);
+    // 3 s later the shared bucket has refilled: the neighbour's first request is admitted.
+    p.advance(3_000_000_000);
+    assert_eq!(p.get("/", "curl/8", &neighbour).1, Step::Continue);
+}

@@ -606,6 +606,75 @@ fn a_reservation_refused_by_another_limit_or_hung_up_leaves_no_flight_behind() {
     assert_eq!(get(&mut p, "c").1, Step::Continue);
 }
 
+#[test]
+fn a_shared_cost_key_has_no_flight_cap_so_stalled_requests_shut_out_nobody() {
+    // One reservation in flight per key, for an account header and for one global key.
+    for key in ["header:x-account", "global"] {
+        let cfg = format!(
+            r#"{{"limits":[{{"name":"items","class":"*","route":"*","rate_per_s":50,"burst":1000,
+            "key":"{key}","cost":{{"reserve":20,"max_in_flight":1,"from_response_header":"x-crawlguard-cost"}}}}]}}"#
+        );
+        let mut p = FakeProxy::new(&cfg, T0);
+        let get = |p: &mut FakeProxy, account: Option<&str>, from: &str| {
+            let mut h = vec![(":path", "/list"), ("user-agent", CHROME)];
+            h.extend(account.map(|a| ("x-account", a)));
+            p.request(&h, from)
+        };
+        // Three anonymous listings stall (their origin never answers); a fourth anonymous
+        // client from another address is still admitted, as is a fifth.
+        for from in [
+            "192.0.2.1:1",
+            "192.0.2.2:1",
+            "192.0.2.3:1",
+            "192.0.2.4:1",
+            "192.0.2.5:1",
+        ] {
+            assert_eq!(
+                get(&mut p, None, from).1,
+                Step::Continue,
+                "{key} from {from}"
+            );
+        }
+        if key == "global" {
+            continue;
+        }
+        // A named account is one client: its cap holds.
+        assert_eq!(get(&mut p, Some("a-1"), G).1, Step::Continue);
+        let (ctx, step) = get(&mut p, Some("a-1"), G);
+        assert_eq!(step, Step::Pause);
+        assert_eq!(p.req(ctx).reply.as_ref().map(|r| r.status), Some(429));
+    }
+}
+
+#[test]
+fn refusals_at_the_flight_cap_tell_the_client_nothing_to_ignore() {
+    // A curl client, escalation after 2 ignored Retry-Afters; one listing in flight per address.
+    let cfg = r#"{"classes":{"script":{"retry_after":{"min_s":2,"max_s":2,"jitter_s":0},
+        "escalation":{"enabled":true,"after_ignored":2,"factor":3,"max_s":54,"decay_s":100}}},
+        "limits":[{"name":"items","class":"*","route":"*","rate_per_s":50,"burst":1000,"key":"client_ip",
+        "cost":{"reserve":20,"max_in_flight":1,"from_response_header":"x-crawlguard-cost"}}]}"#;
+    let mut p = FakeProxy::new(cfg, T0);
+    let (first, step) = p.get("/list", "curl/8", G);
+    assert_eq!(step, Step::Continue);
+    // Ten parallel listings meet the cap: each told the shortest wait, none escalated.
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        let (ctx, step) = p.get("/list", "curl/8", G);
+        assert_eq!(step, Step::Pause);
+        seen.push(retry_after(&p, ctx));
+    }
+    assert_eq!(seen, [Some(2); 10]);
+    assert_eq!(p.counter("crawlguard.class.script.retry_after_ignored"), 0);
+    assert_eq!(p.counter("crawlguard.class.script.escalated"), 0);
+    // Once the first settles, the very next one is admitted: no penalty was earned.
+    p.respond(
+        first,
+        &[(":status", "200"), ("x-crawlguard-cost", "20")],
+        false,
+    );
+    assert_eq!(p.get("/list", "curl/8", G).1, Step::Continue);
+}
+
 /// Script limit 1 token, no refill to speak of; Retry-After exactly 2 s (no jitter);
 /// escalation after 2 ignored, x3 per step, up to 54 s, forgotten after 100 s.
 const ESC: &str = r#""classes":{"script":{"retry_after":{"min_s":2,"max_s":2,"jitter_s":0},
