@@ -467,3 +467,54 @@ async fn a_claim_trusted_on_a_verifier_error_is_no_verified_claim() {
         ])
         .await;
 }
+
+#[tokio::test]
+async fn stalled_requests_without_an_account_shut_out_no_other_client() {
+    // One reservation in flight per account. Requests without the header share one key:
+    // it has no cap (the hostile review's attack held every anonymous listing at the cap
+    // with a few requests the origin, or a trickled body, kept in flight).
+    let up = TestUpstream::start().await;
+    let limit = json!({"name": "details", "class": "*", "route": "*", "rate_per_s": 0.001,
+        "burst": 1000, "key": "header:x-account",
+        "cost": {"reserve": 20, "max_in_flight": 1, "from_response_header": "x-crawlguard-cost"}});
+    let human = json!({"retry_after": {"min_s": 1, "max_s": 100, "jitter_s": 0}});
+    let envoy = envoy_with(json!({"classes": {"human": human}, "limits": [limit]}), &up).await;
+    let slow = "/list?delay_ms=8000&header=x-crawlguard-cost:0";
+    let mut held = Vec::new();
+    for (n, account) in [(10, None), (11, None), (12, None), (13, Some("acct-1"))] {
+        let (c, url) = (client(ip(n)), envoy.url(slow));
+        held.push(tokio::spawn(async move {
+            let extra: Vec<(&str, &str)> = account.map(|a| ("x-account", a)).into_iter().collect();
+            get(&c, &url, UA_CHROME, &extra).await.status
+        }));
+    }
+    // Wait until the origin holds all four.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = up
+            .requests()
+            .await
+            .iter()
+            .filter(|r| r["path"] == json!(slow))
+            .count();
+        if seen == 4 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the origin got {seen} of 4");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Another anonymous client is admitted; the account in flight is at its cap.
+    let other = get(&client(ip(14)), &page(&envoy, Some(0)), UA_CHROME, &[]).await;
+    assert_eq!(other.status, 200);
+    let same = get(
+        &client(ip(15)),
+        &page(&envoy, Some(0)),
+        UA_CHROME,
+        &[("x-account", "acct-1")],
+    )
+    .await;
+    assert_eq!((same.status, same.retry_after_s()), (429, Some(1)));
+    for h in held {
+        assert_eq!(h.await.expect("request task"), 200);
+    }
+}
