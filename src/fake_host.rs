@@ -413,14 +413,20 @@ impl FakeProxy {
     /// The client of request `ctx` went away: the stream ends (`on_log`, as Envoy calls it
     /// for every stream) and its context is destroyed.
     pub fn hang_up(&mut self, ctx: ContextId) {
+        self.end_stream(ctx);
+        self.states.remove(&ctx);
+        self.host.requests.remove(&ctx);
+    }
+
+    /// The stream of request `ctx` ends (`on_log`) and its context lives on: Envoy deletes
+    /// a context later, and root events (a callout's answer) may come in between.
+    pub fn end_stream(&mut self, ctx: ContextId) {
         if let Some(state) = self.states.get(&ctx).cloned() {
             self.host.current = ctx;
             state
                 .borrow_mut()
                 .on_stream_end(&self.worker, &mut self.host);
         }
-        self.states.remove(&ctx);
-        self.host.requests.remove(&ctx);
     }
 
     /// Delivers the root wake-ups (`on_queue_ready`).

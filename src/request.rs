@@ -63,6 +63,9 @@ enum Phase {
     },
     /// Answered locally by crawlguard.
     Replied,
+    /// The stream ended (the client went away) while it waited for its verdict: a verdict
+    /// that arrives before the context is deleted decides and charges nothing.
+    Ended,
 }
 
 /// The request facts verification and limiting need, derived once from the request
@@ -530,6 +533,10 @@ impl RequestState {
     /// no response settled (the client or the origin went away first) settle at what they
     /// reserved, which ends their flight ([`crate::cost`]).
     pub fn on_stream_end(&mut self, w: &Worker, host: &mut dyn Host) {
+        if self.is_awaiting_verdict() {
+            self.phase = Phase::Ended;
+            return;
+        }
         let Phase::Forwarded { reservations, .. } = &mut self.phase else {
             return;
         };

@@ -158,6 +158,25 @@ fn the_first_client_leaving_does_not_lose_the_verdict() {
 }
 
 #[test]
+fn a_verdict_for_a_stream_already_ended_decides_and_charges_nothing() {
+    let mut p = proxy("");
+    let (gone, step) = p.get("/", GOOGLEBOT, G);
+    assert_eq!(step, Step::Pause);
+    p.wake();
+    // The client went away (on_log), and the answer comes before Envoy deletes the context.
+    p.end_stream(gone);
+    let token = p.host.callouts[0].token;
+    p.verdict(token, "192.0.2.1", "googlebot", "verified", 3600);
+    assert_eq!(p.class_of(gone), None);
+    assert_eq!(p.counter("crawlguard.class.search_crawler.allowed"), 0);
+    // The verdict is cached, and the address still has its whole burst of 50.
+    for _ in 0..50 {
+        assert_eq!(p.get("/", GOOGLEBOT, G).1, Step::Continue);
+    }
+    assert_eq!(p.get("/", GOOGLEBOT, G).1, Step::Pause);
+}
+
+#[test]
 fn callout_refused_timed_out_or_garbage_is_a_verifier_error() {
     // Refused at dispatch (no such cluster): decided at the wake-up.
     let mut p = proxy("");
