@@ -6,18 +6,17 @@
 //! the real cost, so requests in flight together can each pass on a small reservation and
 //! then all settle high (60 concurrent listings of 1,000 items, reserve 20, burst 1,000: 50
 //! admitted, 50,000 items spent). Two rules bound that overspend:
-//! - at most `cost.max_in_flight` reservations of a key that names one client (a client
-//!   address, or a key header's value) are in flight at once; a shared key (`global`, the
-//!   "missing" key of a header limit, a per-worker address group) has no cap, as one
-//!   client's stalled requests would otherwise shut out everyone who shares it;
+//! - at most `cost.max_in_flight` reservations of one client address are in flight at once
+//!   under a limit, whatever the limit's key: counted in the key's own state for a
+//!   `client_ip` key, else in the address's flight state under the limit
+//!   ([`crate::limiter::Limiter::take_flight`]), so no client's stalled requests hold a shared
+//!   key (`global`, the "missing" key) or a named one at its cap;
 //! - a key reserves what its last settled request cost (at least `cost.reserve`, at most
 //!   `burst`), so once one response has settled, requests in flight together each hold
 //!   about their real cost.
 //!
-//! A key naming one client therefore overspends its bucket by at most `max_in_flight` x
-//! (cost - reservation) per Envoy, a shared key by (cost - reservation) per request in
-//! flight together; a key in debt admits nothing until the debt is repaid (the bucket's own
-//! rule).
+//! One address therefore overspends a key by at most `max_in_flight` x (cost - reservation)
+//! per Envoy; a key in debt admits nothing until the debt is repaid (the bucket's own rule).
 
 use crate::bucket::NS_PER_S;
 

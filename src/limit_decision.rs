@@ -10,6 +10,7 @@ use crate::limiter::{
     Charge, Charged, Decision, KeyRules, LimitResult, Limiter, OverLimit, RequestKeys, Reservation,
     StoreEvents,
 };
+use crate::respond;
 use crate::store::SharedData;
 use std::net::IpAddr;
 
@@ -24,6 +25,9 @@ pub enum KeyPart<'a> {
     Global,
     /// One value of the key header; `None` = absent or blank.
     Header(Option<&'a [u8]>),
+    /// The reservations in flight of one client address (`None`: none parsed) under a
+    /// cost-based limit whose key is not the address ([`Limiter::take_flight`]).
+    FlightsOf(Option<IpAddr>),
 }
 
 /// Most distinct values of a key header a request may name; each is charged. A request
@@ -144,6 +148,30 @@ pub fn decide(
             }
         };
         let n = limit.cost.as_ref().map_or(1, |c| c.reserve);
+        // A cost-based limit's places in flight belong to the client address: in the key's
+        // own state for a client_ip key, else in the address's flight state under the limit,
+        // so a shared key (global, the "missing" key, a User-Agent) or a named one cannot be
+        // held at its cap by someone else's stalled requests.
+        let mut flight = None;
+        if let (Some(c), false) = (&limit.cost, matches!(limit.key, KeyKind::ClientIp)) {
+            let fk = limiter.key(&limit.name, &KeyPart::FlightsOf(req.client));
+            match limiter.take_flight(store, fk, now_ns, c.max_in_flight, &mut events) {
+                Some(f) => flight = Some(f),
+                None => {
+                    let over = OverLimit {
+                        limit: i,
+                        status: policy.reject_status,
+                        retry_after_s: respond::clamp_s(0, &policy.retry_after),
+                    };
+                    if is_shadow {
+                        shadow = Some(over);
+                        continue 'limits;
+                    }
+                    decision = Decision::Limited(over);
+                    break 'limits;
+                }
+            }
+        }
         // Compliance is about a client, an address and a class: tracked in the keys of an
         // address, never in a header key (the shared "missing" key, or a value any client
         // can name) or the one global bucket, and not in shadow mode (the client was never
@@ -158,7 +186,7 @@ pub fn decide(
                 leasable: !is_shadow && limit.cost.is_none(),
                 // A shared key (global, the "missing" key, no address) has no flight cap:
                 // one client's stalled requests would shut out all who share it.
-                cap_flights: matches!(part, KeyPart::Ip(_) | KeyPart::Header(Some(_))),
+                cap_flights: matches!(part, KeyPart::Ip(_)),
             };
             let (c, v, at) = limiter.charge(
                 store,
@@ -188,6 +216,8 @@ pub fn decide(
                             tokens,
                             shadow: is_shadow,
                             flight_epoch_s,
+                            // The address's flight goes with the limit's first reservation.
+                            flight: flight.take(),
                         });
                     }
                 }
@@ -201,6 +231,9 @@ pub fn decide(
                         status: policy.reject_status,
                         retry_after_s: retry_after_s.saturating_add(jitter),
                     };
+                    if let Some(f) = flight.take() {
+                        limiter.end_client_flight(store, f, now_ns);
+                    }
                     if is_shadow {
                         shadow = Some(over);
                         continue 'limits;
@@ -210,6 +243,10 @@ pub fn decide(
                     break 'limits;
                 }
             }
+        }
+        // A flight no reservation took (nothing charged where it can be settled).
+        if let Some(f) = flight.take() {
+            limiter.end_client_flight(store, f, now_ns);
         }
     }
     // What to give back: everything when rejected; what shadow limits took when one of
@@ -226,6 +263,7 @@ pub fn decide(
             key: c.key,
             at: c.at,
             flight_epoch_s: c.flight_epoch_s,
+            flight: c.flight,
         };
         if rejected || (c.shadow && shadow.is_some()) {
             let rate = limiter.local_rate(limit.rate);

@@ -235,9 +235,20 @@ pub struct Reservation {
     pub reserved: u32,
     pub(crate) key: StateKey,
     pub(crate) at: Placed,
-    /// The flight epoch the reservation counts in ([`CostState::take`]; 0: not counted, a
-    /// shared key's).
+    /// The flight epoch the reservation counts in, in its own key's state
+    /// ([`CostState::take`]; 0: not counted there).
     pub(crate) flight_epoch_s: u32,
+    /// The client address's place in flight, for a limit not keyed by the address.
+    pub(crate) flight: Option<ClientFlight>,
+}
+
+/// A client address's place in flight under a cost-based limit keyed otherwise
+/// ([`Limiter::take_flight`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClientFlight {
+    key: StateKey,
+    at: Placed,
+    epoch_s: u32,
 }
 
 /// The result of checking one request against the limits.
@@ -304,6 +315,8 @@ pub(crate) struct Charge {
     pub(crate) shadow: bool,
     /// See [`Reservation::flight_epoch_s`].
     pub(crate) flight_epoch_s: u32,
+    /// See [`Reservation::flight`].
+    pub(crate) flight: Option<ClientFlight>,
 }
 
 /// How [`Limiter::charge`] treats a key, from what the key names.
@@ -403,7 +416,7 @@ impl Limiter {
             );
             // Only ever stricter: the fleet's view is an interval old (the other replicas'
             // newer use is missing from it), the local bucket already counts this Envoy's.
-            let _ = self.update(store, u.key, now_ns, &mut events, |old| {
+            let _ = self.update(store, u.key, now_ns, &mut events, &mut |old| {
                 let local_tat = old.map_or(0, |s| s.bucket.tat_ns);
                 if tat <= local_tat.max(now_ns) {
                     return ((), None);
@@ -477,8 +490,11 @@ impl Limiter {
         key: StateKey,
         now_ns: u64,
         events: &mut StoreEvents,
-        mut f: impl FnMut(Option<KeyState>) -> (T, Option<KeyState>),
+        // dyn: one copy of the store code per result type, not one per caller's closure
+        // (the module's size; a charge and a flight share one).
+        f: &mut dyn FnMut(Option<KeyState>) -> (T, Option<KeyState>),
     ) -> Option<(T, Placed)> {
+        let mut f = f;
         let mut shared = SharedSlots {
             table: &self.buckets,
             store,
@@ -538,7 +554,7 @@ impl Limiter {
         let ra = &policy.retry_after;
         let esc = &policy.escalation;
         let mut leased = 0;
-        let result = self.update(store, key, now_ns, events, |s| {
+        let result = self.update(store, key, now_ns, events, &mut |s| {
             leased = 0;
             let mut st = s.unwrap_or_default();
             let visit = if track {
@@ -637,6 +653,64 @@ impl Limiter {
                 None,
             ),
         }
+    }
+
+    /// Takes one of a client address's `max_in_flight` places under a cost-based limit not
+    /// keyed by the address (`key`: the address's flight key): `None` when all are taken.
+    pub(crate) fn take_flight(
+        &mut self,
+        store: &dyn SharedData,
+        key: StateKey,
+        now_ns: u64,
+        max_in_flight: u8,
+        events: &mut StoreEvents,
+    ) -> Option<ClientFlight> {
+        // The result type of a charge, so that both share the store code.
+        let ((taken, _), at) = self.update(store, key, now_ns, events, &mut |s| {
+            let mut st = s.unwrap_or_default();
+            if !st.cost.has_room(now_ns, max_in_flight) {
+                let full = Charged::Limited {
+                    retry_after_s: 0,
+                    escalated: false,
+                };
+                return ((full, Visit::Unremarkable), None);
+            }
+            let flight_epoch_s = st.cost.take(now_ns);
+            let taken = Charged::Allowed {
+                tokens: 0,
+                flight_epoch_s,
+            };
+            ((taken, Visit::Unremarkable), Some(st))
+        })?;
+        match taken {
+            Charged::Allowed { flight_epoch_s, .. } => Some(ClientFlight {
+                key,
+                at,
+                epoch_s: flight_epoch_s,
+            }),
+            Charged::Limited { .. } => None,
+        }
+    }
+
+    /// Gives a place taken by [`Limiter::take_flight`] back (best effort: a lost one is
+    /// forgotten with its epoch).
+    pub(crate) fn end_client_flight(
+        &mut self,
+        store: &dyn SharedData,
+        f: ClientFlight,
+        now_ns: u64,
+    ) {
+        // A reservation of nothing in the flight key's state: ending it changes only the
+        // count (that key's bucket is never charged).
+        let r = Reservation {
+            limit: 0,
+            reserved: 0,
+            key: f.key,
+            at: f.at,
+            flight_epoch_s: f.epoch_s,
+            flight: None,
+        };
+        self.end_flight(store, &r, bucket::Rate::new(1.0, 1), 0, None, now_ns);
     }
 
     /// Gives back `n` tokens where `charge` took them (best effort: a lost refund only errs
@@ -753,6 +827,9 @@ impl Limiter {
             // Cost-based limits are never leased.
             Placed::Lease => Ok(()),
         };
+        if let Some(f) = r.flight {
+            self.end_client_flight(store, f, now_ns);
+        }
     }
 }
 

@@ -626,8 +626,8 @@ fn a_reservation_refused_by_another_limit_or_hung_up_leaves_no_flight_behind() {
 }
 
 #[test]
-fn a_shared_cost_key_has_no_flight_cap_so_stalled_requests_shut_out_nobody() {
-    // One reservation in flight per key, for an account header and for one global key.
+fn places_in_flight_belong_to_the_client_address_whatever_the_key() {
+    // One reservation in flight per address, for an account header and for one global key.
     for key in ["header:x-account", "global"] {
         let cfg = format!(
             r#"{{"limits":[{{"name":"items","class":"*","route":"*","rate_per_s":50,"burst":1000,
@@ -639,8 +639,8 @@ fn a_shared_cost_key_has_no_flight_cap_so_stalled_requests_shut_out_nobody() {
             h.extend(account.map(|a| ("x-account", a)));
             p.request(&h, from)
         };
-        // Three anonymous listings stall (their origin never answers); a fourth anonymous
-        // client from another address is still admitted, as is a fifth.
+        // Five anonymous listings from five addresses stall (their origin never answers):
+        // each holds only its own address's place, not the shared key's.
         for from in [
             "192.0.2.1:1",
             "192.0.2.2:1",
@@ -654,15 +654,28 @@ fn a_shared_cost_key_has_no_flight_cap_so_stalled_requests_shut_out_nobody() {
                 "{key} from {from}"
             );
         }
-        if key == "global" {
-            continue;
-        }
-        // A named account is one client: its cap holds.
-        assert_eq!(get(&mut p, Some("a-1"), G).1, Step::Continue);
-        let (ctx, step) = get(&mut p, Some("a-1"), G);
-        assert_eq!(step, Step::Pause);
+        let (ctx, step) = get(&mut p, None, "192.0.2.1:2");
+        assert_eq!(step, Step::Pause, "{key}: the address is at its cap");
         assert_eq!(p.req(ctx).reply.as_ref().map(|r| r.status), Some(429));
+        // A named account: the same address at its cap, another address free.
+        assert_eq!(get(&mut p, Some("a-1"), "192.0.2.9:1").1, Step::Continue);
+        assert_eq!(get(&mut p, Some("a-1"), "192.0.2.9:2").1, Step::Pause);
+        assert_eq!(get(&mut p, Some("a-1"), "192.0.2.10:1").1, Step::Continue);
     }
+}
+
+#[test]
+fn sixty_costly_listings_at_once_on_a_shared_key_fly_four_at_a_time() {
+    // The hostile review's attack on a shared cost key: one address, 60 listings of 1,000
+    // items at once. Without a cap 50 flew (49,000 tokens of debt for everyone sharing the
+    // key); the address's places bound it to the default 4.
+    let cfg = r#"{"limits":[{"name":"items","class":"*","route":"*","rate_per_s":1,"burst":1000,
+        "key":"global","cost":{"reserve":20,"from_response_header":"x-crawlguard-cost"}}]}"#;
+    let mut p = FakeProxy::new(cfg, T0);
+    let steps: Vec<Step> = (0..60).map(|_| p.get("/list", CHROME, G).1).collect();
+    assert_eq!(steps.iter().filter(|s| **s == Step::Continue).count(), 4);
+    // Another address still has its own places (and the tokens left: 920).
+    assert_eq!(p.get("/list", CHROME, "192.0.2.77:1").1, Step::Continue);
 }
 
 #[test]

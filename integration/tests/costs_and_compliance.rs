@@ -469,10 +469,10 @@ async fn a_claim_trusted_on_a_verifier_error_is_no_verified_claim() {
 }
 
 #[tokio::test]
-async fn stalled_requests_without_an_account_shut_out_no_other_client() {
-    // One reservation in flight per account. Requests without the header share one key:
-    // it has no cap (the hostile review's attack held every anonymous listing at the cap
-    // with a few requests the origin, or a trickled body, kept in flight).
+async fn stalled_requests_hold_only_their_own_addresss_places() {
+    // One reservation in flight per address under an account limit. The hostile reviews'
+    // attacks: a few stalled requests held every request without an account at the cap;
+    // without the cap, 60 at once from one address put the shared key deep in debt.
     let up = TestUpstream::start().await;
     let limit = json!({"name": "details", "class": "*", "route": "*", "rate_per_s": 0.001,
         "burst": 1000, "key": "header:x-account",
@@ -503,18 +503,30 @@ async fn stalled_requests_without_an_account_shut_out_no_other_client() {
         assert!(Instant::now() < deadline, "the origin got {seen} of 4");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Another anonymous client is admitted; the account in flight is at its cap.
+    // Another address, with or without the account, is admitted; an address in flight is at
+    // its cap (the shortest Retry-After).
     let other = get(&client(ip(14)), &page(&envoy, Some(0)), UA_CHROME, &[]).await;
     assert_eq!(other.status, 200);
-    let same = get(
-        &client(ip(15)),
-        &page(&envoy, Some(0)),
-        UA_CHROME,
-        &[("x-account", "acct-1")],
-    )
-    .await;
-    assert_eq!((same.status, same.retry_after_s()), (429, Some(1)));
+    let acct = [("x-account", "acct-1")];
+    let elsewhere = get(&client(ip(15)), &page(&envoy, Some(0)), UA_CHROME, &acct).await;
+    assert_eq!(elsewhere.status, 200);
+    for (n, extra) in [(10, &[][..]), (13, &acct[..])] {
+        let same = get(&client(ip(n)), &page(&envoy, Some(0)), UA_CHROME, extra).await;
+        assert_eq!(
+            (same.status, same.retry_after_s()),
+            (429, Some(1)),
+            "ip {n}"
+        );
+    }
     for h in held {
         assert_eq!(h.await.expect("request task"), 200);
     }
+    // Sixty at once from one address without an account: one flies, 59 are refused.
+    let got = at_once(
+        16,
+        &envoy.url("/list?delay_ms=2000&header=x-crawlguard-cost:1"),
+        60,
+    )
+    .await;
+    assert_eq!(got, [[200; 1].as_slice(), &[429; 59]].concat());
 }
