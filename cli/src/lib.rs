@@ -22,6 +22,7 @@ pub mod plot;
 pub mod replay;
 pub mod report;
 pub mod stats;
+pub mod status;
 pub mod table;
 pub mod time;
 pub mod timeline;

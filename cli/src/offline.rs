@@ -7,15 +7,17 @@
 //! claim that only FCrDNS could decide is answered `unknown` (the filter classes it
 //! `unverified_bot`) and counted as such in the output.
 
+use crawlguard_contract::verify::{self, Answer, Method, Verdict};
 use crawlguard_sidecar::config::{BotMethods, Config};
 use crawlguard_sidecar::ranges::{load_range_file, RangeSet, RangeSource};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-/// What the offline verifier answers.
+/// What the offline verifier answers, with why: a contract [`Verdict`] and how it was
+/// (or could not be) reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Verdict {
+pub enum OfflineVerdict {
     /// The ip is in the bot's published ranges.
     Verified,
     /// The bot has ranges (and no FCrDNS), the ip is not in them.
@@ -28,24 +30,34 @@ pub enum Verdict {
     NotChecked,
 }
 
-impl Verdict {
-    /// The verdict word of the verifier contract.
-    pub fn contract(self) -> &'static str {
+impl OfflineVerdict {
+    /// The verdict of the verifier contract.
+    pub fn contract(self) -> Verdict {
         match self {
-            Verdict::Verified => "verified",
-            Verdict::Spoofed => "spoofed",
-            Verdict::UnknownNeedsDns | Verdict::Unknown | Verdict::NotChecked => "unknown",
+            OfflineVerdict::Verified => Verdict::Verified,
+            OfflineVerdict::Spoofed => Verdict::Spoofed,
+            OfflineVerdict::UnknownNeedsDns
+            | OfflineVerdict::Unknown
+            | OfflineVerdict::NotChecked => Verdict::Unknown,
+        }
+    }
+
+    /// The method of the verifier contract that decided: the ranges, or none.
+    pub fn method(self) -> Method {
+        match self {
+            OfflineVerdict::Verified | OfflineVerdict::Spoofed => Method::IpRange,
+            _ => Method::None,
         }
     }
 
     /// A label for output.
     pub fn label(self) -> &'static str {
         match self {
-            Verdict::Verified => "verified (ip range)",
-            Verdict::Spoofed => "spoofed (not in ranges)",
-            Verdict::UnknownNeedsDns => "unknown (needs FCrDNS, not done offline)",
-            Verdict::Unknown => "unknown (no method)",
-            Verdict::NotChecked => "unknown (no --ranges)",
+            OfflineVerdict::Verified => "verified (ip range)",
+            OfflineVerdict::Spoofed => "spoofed (not in ranges)",
+            OfflineVerdict::UnknownNeedsDns => "unknown (needs FCrDNS, not done offline)",
+            OfflineVerdict::Unknown => "unknown (no method)",
+            OfflineVerdict::NotChecked => "unknown (no --ranges)",
         }
     }
 }
@@ -130,31 +142,73 @@ impl Offline {
     }
 
     /// The sidecar's verdict for `ip` claiming `bot`, minus DNS.
-    pub fn verdict(&self, ip: IpAddr, bot: &str) -> Verdict {
+    pub fn verdict(&self, ip: IpAddr, bot: &str) -> OfflineVerdict {
         let Some(m) = self.catalog.get(bot) else {
-            return Verdict::Unknown;
+            return OfflineVerdict::Unknown;
         };
         let in_ranges = m
             .ranges
             .iter()
             .any(|p| self.sets.get(p).is_some_and(|s| s.contains(ip)));
         if in_ranges {
-            Verdict::Verified
+            OfflineVerdict::Verified
         } else if !m.domains.is_empty() {
-            Verdict::UnknownNeedsDns
+            OfflineVerdict::UnknownNeedsDns
         } else if !m.ranges.is_empty() {
-            Verdict::Spoofed
+            OfflineVerdict::Spoofed
         } else {
-            Verdict::Unknown
+            OfflineVerdict::Unknown
         }
     }
 
     /// The TTL the sidecar would give `v`, s.
-    pub fn ttl(&self, v: Verdict) -> u64 {
+    pub fn ttl(&self, v: OfflineVerdict) -> u64 {
         match v {
-            Verdict::Verified => self.ttl_s.0,
-            Verdict::Spoofed => self.ttl_s.1,
-            Verdict::UnknownNeedsDns | Verdict::Unknown | Verdict::NotChecked => self.ttl_s.2,
+            OfflineVerdict::Verified => self.ttl_s.0,
+            OfflineVerdict::Spoofed => self.ttl_s.1,
+            OfflineVerdict::UnknownNeedsDns
+            | OfflineVerdict::Unknown
+            | OfflineVerdict::NotChecked => self.ttl_s.2,
         }
     }
+}
+
+/// TTL of the answers given without `--ranges` (every claim `unknown`), s: the sidecar's
+/// default `ttl.unknown_s`.
+pub fn not_checked_ttl_s() -> u64 {
+    static TTL_S: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TTL_S.get_or_init(|| Config::default().ttl.unknown_s)
+}
+
+/// The claim `(ip, bot)` of a verify request target (`/v1/verify?ip=<ip>&bot=<bot id>`, as
+/// [`verify::request_path`] writes it), as text; `("", "")`-like parts when the target is
+/// not one (the ip then fails to parse and the claim is answered `unknown`).
+pub fn claim_of(path: &str) -> (&str, &str) {
+    let q = path
+        .strip_prefix(verify::PATH)
+        .and_then(|p| p.strip_prefix("?ip="))
+        .unwrap_or("");
+    q.split_once("&bot=").unwrap_or((q, ""))
+}
+
+/// Answers the verify callout `path` from `offline` (without it: `unknown`, as when no
+/// verifier is reachable) with the contract's [`Answer`] as JSON; returns the answer's
+/// body and the claimed bot id with the offline verdict, for counting.
+pub fn answer(offline: Option<&Offline>, path: &str) -> (String, String, OfflineVerdict) {
+    let (ip, bot) = claim_of(path);
+    let v = match (offline, ip.parse::<IpAddr>()) {
+        (Some(o), Ok(addr)) => o.verdict(addr, bot),
+        (Some(_), Err(_)) => OfflineVerdict::Unknown,
+        (None, _) => OfflineVerdict::NotChecked,
+    };
+    let body = Answer {
+        ip: ip.to_string(),
+        bot: bot.to_string(),
+        verdict: v.contract(),
+        method: v.method(),
+        host: String::new(),
+        ttl_s: offline.map_or_else(not_checked_ttl_s, |o| o.ttl(v)),
+    }
+    .to_json();
+    (body, bot.to_string(), v)
 }

@@ -25,9 +25,10 @@
 
 use crate::host::{ReplayProxy, Request};
 use crate::logfmt::Record;
-use crate::offline::{Offline, Verdict};
+use crate::offline::{self, Offline, OfflineVerdict};
 use crate::report::Client;
 use crate::stats::Heavy;
+use crate::status::StatusBucket;
 use crate::table::{pct, Table};
 use crate::time;
 use crawlguard::classify::Class;
@@ -36,7 +37,7 @@ use crawlguard::request::path_only;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::Ipv6Addr;
 
 /// Schema name and version of `replay --json`.
 pub const SCHEMA: &str = "crawlguard.replay/v1";
@@ -70,21 +71,6 @@ const PREDICTED: [&str; 5] = [
     "shadow-limited",
     "exempt",
 ];
-/// Actual status rows of the status matrix.
-const ACTUAL: [&str; 7] = ["2xx", "3xx", "4xx", "429", "503", "5xx", "other"];
-
-fn actual_row(status: u16) -> usize {
-    match status {
-        200..=299 => 0,
-        300..=399 => 1,
-        429 => 3,
-        400..=499 => 2,
-        503 => 4,
-        500..=599 => 5,
-        _ => 6,
-    }
-}
-
 /// A replay in progress.
 pub struct Replay {
     proxy: ReplayProxy,
@@ -111,12 +97,13 @@ pub struct Replay {
     pub limits: Vec<Counts>,
     /// Exempt paths (never limited, no class).
     pub exempt: u64,
-    /// Actual status (rows, [`ACTUAL`]) x predicted decision (columns, [`PREDICTED`]).
-    pub matrix: [[u64; 5]; 7],
+    /// Actual status (rows, by [`StatusBucket`]) x predicted decision (columns,
+    /// [`PREDICTED`]).
+    pub matrix: [[u64; 5]; StatusBucket::COUNT],
     /// Clients by rejections.
     pub limited_clients: Heavy<Client, Option<Class>>,
     /// Verifier answers given, by bot and verdict.
-    pub verdicts: BTreeMap<(String, Verdict), u64>,
+    pub verdicts: BTreeMap<(String, OfflineVerdict), u64>,
     /// Upstream 429/503 the response path would have normalised.
     pub normalised: u64,
     /// Requests with no client address in the log.
@@ -165,7 +152,7 @@ impl Replay {
             routes,
             limits,
             exempt: 0,
-            matrix: [[0; 5]; 7],
+            matrix: [[0; 5]; StatusBucket::COUNT],
             limited_clients: Heavy::new(crate::report::TALKER_CAPACITY),
             verdicts: BTreeMap::new(),
             normalised: 0,
@@ -236,29 +223,14 @@ impl Replay {
         let offline = &self.offline;
         let verdicts = &mut self.verdicts;
         let out = self.proxy.run(&req, r.status, &mut |path| {
-            let q = path.strip_prefix("/v1/verify?ip=").unwrap_or("");
-            let (ip, bot) = q.split_once("&bot=").unwrap_or((q, ""));
-            let v = match (offline, ip.parse::<IpAddr>()) {
-                (Some(o), Ok(addr)) => o.verdict(addr, bot),
-                (Some(_), Err(_)) => Verdict::Unknown,
-                (None, _) => Verdict::NotChecked,
-            };
-            let ttl = offline.as_ref().map_or(30, |o| o.ttl(v));
-            *verdicts.entry((bot.to_string(), v)).or_insert(0) += 1;
-            let method = match v {
-                Verdict::Verified | Verdict::Spoofed => "ip_range",
-                _ => "none",
-            };
-            let body = serde_json::json!({
-                "ip": ip, "bot": bot, "verdict": v.contract(), "method": method,
-                "host": "", "ttl_s": ttl,
-            });
-            (200, body.to_string())
+            let (body, bot, v) = offline::answer(offline.as_ref(), path);
+            *verdicts.entry((bot, v)).or_insert(0) += 1;
+            (200, body)
         });
         if out.unresolved {
             self.unresolved += 1;
         }
-        let row = actual_row(r.status);
+        let row = StatusBucket::of(r.status).index();
         let route = self.config().route_of(path_only(r.path));
         let limit = out
             .policy
@@ -443,11 +415,11 @@ impl Replay {
                 })
                 .collect(),
             exempt: self.exempt,
-            status_vs_prediction: ACTUAL
+            status_vs_prediction: StatusBucket::ALL
                 .iter()
                 .zip(&self.matrix)
                 .map(|(a, row)| MatrixRow {
-                    actual: a,
+                    actual: a.as_str(),
                     admitted: row[0],
                     rejected_429: row[1],
                     rejected_503: row[2],

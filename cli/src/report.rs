@@ -10,6 +10,7 @@ use crate::input::FileStats;
 use crate::logfmt::{Record, Upstream};
 use crate::minutes::{Minute, Minutes};
 use crate::stats::{Heavy, MsHist};
+use crate::status::StatusBucket;
 use crate::table::{pct, Table};
 use crate::time;
 use crate::timeline::{Kind, Timeline};
@@ -84,36 +85,18 @@ impl Origin {
 pub struct Group {
     /// Requests.
     pub requests: u64,
-    /// By status: 2xx, 3xx, 4xx other than 429, 429, 503, 5xx other than 503, other (0,
-    /// 1xx, >= 600).
-    pub status: [u64; 7],
+    /// By [`StatusBucket`], in its declaration order.
+    pub status: [u64; StatusBucket::COUNT],
     /// Rejections (429 and 503) by [`Origin`], in its declaration order.
     pub origin: [u64; 5],
     /// Upstream times (TTFB), ms; lines without one are not counted.
     pub ttfb: MsHist,
 }
 
-const S2XX: usize = 0;
-const S3XX: usize = 1;
-const S4XX: usize = 2;
-const S429: usize = 3;
-const S503: usize = 4;
-const S5XX: usize = 5;
-const SOTHER: usize = 6;
-
 impl Group {
     fn add(&mut self, r: &Record<'_>) {
         self.requests += 1;
-        let i = match r.status {
-            429 => S429,
-            503 => S503,
-            200..=299 => S2XX,
-            300..=399 => S3XX,
-            400..=499 => S4XX,
-            500..=599 => S5XX,
-            _ => SOTHER,
-        };
-        if let Some(c) = self.status.get_mut(i) {
+        if let Some(c) = self.status.get_mut(StatusBucket::of(r.status).index()) {
             *c += 1;
         }
         if matches!(r.status, 429 | 503) {
@@ -128,25 +111,25 @@ impl Group {
     }
 
     fn json(&self) -> GroupJson {
-        let s = |i: usize| self.status.get(i).copied().unwrap_or(0);
+        let s = |b: StatusBucket| self.status.get(b.index()).copied().unwrap_or(0);
         let o = |i: usize| self.origin.get(i).copied().unwrap_or(0);
         let share = |n: u64| ratio(n, self.requests);
         GroupJson {
             requests: self.requests,
             status: StatusJson {
-                s2xx: s(S2XX),
-                s3xx: s(S3XX),
-                s4xx: s(S4XX),
-                s429: s(S429),
-                s503: s(S503),
-                s5xx: s(S5XX),
-                other: s(SOTHER),
+                s2xx: s(StatusBucket::S2xx),
+                s3xx: s(StatusBucket::S3xx),
+                s4xx: s(StatusBucket::S4xx),
+                s429: s(StatusBucket::S429),
+                s503: s(StatusBucket::S503),
+                s5xx: s(StatusBucket::S5xx),
+                other: s(StatusBucket::Other),
             },
             share: ShareJson {
-                s2xx: share(s(S2XX)),
-                s429: share(s(S429)),
-                s503: share(s(S503)),
-                s5xx: share(s(S5XX) + s(S503)),
+                s2xx: share(s(StatusBucket::S2xx)),
+                s429: share(s(StatusBucket::S429)),
+                s503: share(s(StatusBucket::S503)),
+                s5xx: share(s(StatusBucket::S5xx) + s(StatusBucket::S503)),
             },
             rejections_by_origin: OriginJson {
                 crawlguard: o(Origin::Crawlguard as usize),

@@ -176,7 +176,8 @@ fn sidecar_ranges_verify_googlebot() {
     let o = Offline::load(&[format!("gptbot={gptbot}")]).expect("load");
     assert_eq!(
         o.verdict("192.0.2.1".parse().expect("ip"), "gptbot")
-            .contract(),
+            .contract()
+            .as_str(),
         "spoofed"
     );
     assert!(Offline::load(&["googlebot=/nonexistent.json".to_string()]).is_err());

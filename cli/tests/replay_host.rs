@@ -11,6 +11,7 @@ use crawlguard::request::Step;
 use crawlguard::store::mem::MemStore;
 use crawlguard_cli::host::{ReplayProxy, Request};
 use crawlguard_cli::input;
+use crawlguard_cli::offline;
 use std::rc::Rc;
 
 const APACHE_LOG: &str = concat!(
@@ -20,11 +21,7 @@ const APACHE_LOG: &str = concat!(
 
 /// The verifier's answer to a callout path: `unknown`, as replay without `--ranges` gives.
 fn unknown(path: &str) -> String {
-    let q = path.strip_prefix("/v1/verify?ip=").unwrap_or("");
-    let (ip, bot) = q.split_once("&bot=").unwrap_or((q, ""));
-    serde_json::json!({"ip": ip, "bot": bot, "verdict": "unknown", "method": "none",
-                       "host": "", "ttl_s": 30})
-    .to_string()
+    offline::answer(None, path).0
 }
 
 /// Replays the log through both proxies; returns (requests, replies by the replay host,
