@@ -10,7 +10,7 @@ use crate::logfmt::Format;
 use crate::offline::Offline;
 use crate::replay::{self, Replay};
 use crate::report::{self, Report};
-use crate::table::Table;
+use crate::table::TextTable;
 use clap::{Parser, Subcommand};
 use crawlguard::config::{self, Config};
 use std::io::{BufRead, Write};
@@ -391,7 +391,7 @@ fn classify_cmd(a: &ClassifyArgs, out: &mut dyn Write) -> i32 {
             }
         }
     }
-    let mut t = Table::new(["class", "bot", "verification", "user-agent"]);
+    let mut t = TextTable::new(["class", "bot", "verification", "user-agent"]);
     for ua in &uas {
         let c = cl.classify(Some(ua));
         let (bot, verify) = match c.bot {

@@ -317,7 +317,7 @@ impl ReplayProxy {
         r: &Request<'_>,
         status: u16,
         answer: &mut dyn FnMut(&str) -> (u16, String),
-    ) -> Outcome {
+    ) -> ReplayOutcome {
         let ctx = self.next_ctx;
         self.next_ctx = self.next_ctx.wrapping_add(1).max(ROOT + 1);
         let q = &mut self.host.req;
@@ -363,7 +363,7 @@ impl ReplayProxy {
                 }
             }
         }
-        let mut out = Outcome {
+        let mut out = ReplayOutcome {
             class: self
                 .host
                 .req
@@ -415,7 +415,7 @@ impl ReplayProxy {
 
 /// What the filter did with one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct ReplayOutcome {
     /// The class it forwarded (or rejected) the request with; `None` for an exempt path.
     pub class: Option<Class>,
     /// The status of crawlguard's own rejection, if it rejected the request.

@@ -3,7 +3,7 @@
 //! into one reused buffer, so memory does not grow with the input. The format is detected
 //! per file from its first lines unless one is forced.
 
-use crate::logfmt::{self, Format, Record};
+use crate::logfmt::{self, Format, LogRecord};
 use flate2::read::MultiGzDecoder;
 use serde::Serialize;
 use std::fs::File;
@@ -85,7 +85,7 @@ pub fn each_record(
     name: &str,
     reader: &mut dyn BufRead,
     forced: Option<Format>,
-    f: &mut dyn FnMut(&Record<'_>),
+    f: &mut dyn FnMut(&LogRecord<'_>),
 ) -> FileStats {
     let mut st = FileStats {
         name: name.to_string(),
@@ -152,7 +152,7 @@ pub fn each_record(
 
 /// One non-blank line. While no format is known (nothing parsed in the sample), each
 /// line is tried in every format and the first that parses fixes it.
-fn one(st: &mut FileStats, lineno: u64, l: &[u8], f: &mut dyn FnMut(&Record<'_>)) {
+fn one(st: &mut FileStats, lineno: u64, l: &[u8], f: &mut dyn FnMut(&LogRecord<'_>)) {
     st.lines += 1;
     let ok = match st.format {
         Some(fmt) => logfmt::parse(fmt, l, f),
@@ -233,7 +233,7 @@ fn trim_eol(b: &[u8]) -> &[u8] {
 pub fn each_input(
     paths: &[String],
     forced: Option<Format>,
-    f: &mut dyn FnMut(&Record<'_>),
+    f: &mut dyn FnMut(&LogRecord<'_>),
 ) -> Vec<FileStats> {
     let stdin = ["-".to_string()];
     let paths = if paths.is_empty() { &stdin[..] } else { paths };

@@ -1,4 +1,4 @@
-//! Access-log line parsers. Each turns one line (raw bytes, any encoding) into a [`Record`]
+//! Access-log line parsers. Each turns one line (raw bytes, any encoding) into a [`LogRecord`]
 //! borrowing from it, or `None`: a line that does not parse is counted by the caller, never
 //! fatal.
 //!
@@ -64,7 +64,7 @@ impl Format {
 
 /// Whether the request reached the upstream (origin).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Upstream {
+pub enum UpstreamReach {
     /// The log says it did (an upstream host or an upstream time).
     Reached,
     /// The log says it did not (no upstream host / `-` upstream time).
@@ -75,7 +75,7 @@ pub enum Upstream {
 
 /// One parsed access-log line; byte fields borrow from the line (or from the JSON decoder).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Record<'a> {
+pub struct LogRecord<'a> {
     /// Request start, ms since the Unix epoch (UTC).
     pub ts_ms: i64,
     /// The client address as logged (downstream address, Apache `%h`, or the first
@@ -97,7 +97,7 @@ pub struct Record<'a> {
     /// `$upstream_response_time`), ms: the time to the upstream's response headers.
     pub upstream_ms: Option<u32>,
     /// Whether the upstream was reached.
-    pub upstream: Upstream,
+    pub upstream: UpstreamReach,
     /// `%RESPONSE_CODE_DETAILS%`.
     pub details: Option<&'a [u8]>,
     /// Envoy `%RESPONSE_FLAGS%`.
@@ -110,9 +110,9 @@ pub struct Record<'a> {
     pub limit: Option<&'a [u8]>,
 }
 
-impl<'a> Record<'a> {
-    fn new(ts_ms: i64) -> Record<'a> {
-        Record {
+impl<'a> LogRecord<'a> {
+    fn new(ts_ms: i64) -> LogRecord<'a> {
+        LogRecord {
             ts_ms,
             client: None,
             xff: None,
@@ -122,7 +122,7 @@ impl<'a> Record<'a> {
             ua: None,
             duration_ms: None,
             upstream_ms: None,
-            upstream: Upstream::Unknown,
+            upstream: UpstreamReach::Unknown,
             details: None,
             flags: None,
             class: None,
@@ -219,7 +219,7 @@ fn token(s: &[u8]) -> (&[u8], &[u8]) {
 }
 
 /// nginx/Apache combined (see the module docs).
-pub fn parse_combined(line: &[u8]) -> Option<Record<'_>> {
+pub fn parse_combined(line: &[u8]) -> Option<LogRecord<'_>> {
     let (host, rest) = token(line);
     if host.is_empty() {
         return None;
@@ -235,7 +235,7 @@ pub fn parse_combined(line: &[u8]) -> Option<Record<'_>> {
     let (_referer, rest) = quoted(rest)?;
     let (ua, tail) = quoted(rest.trim_ascii_start())?;
     let (method, path) = split_request(req);
-    let mut r = Record::new(ts);
+    let mut r = LogRecord::new(ts);
     r.client = opt(host);
     r.method = method;
     r.path = path;
@@ -262,9 +262,9 @@ pub fn parse_combined(line: &[u8]) -> Option<Record<'_>> {
         }
         r.upstream_ms = sum;
         r.upstream = match (sum, any_dash, up.is_empty()) {
-            (Some(_), _, _) => Upstream::Reached,
-            (None, true, _) => Upstream::NotReached,
-            (None, false, _) => Upstream::Unknown,
+            (Some(_), _, _) => UpstreamReach::Reached,
+            (None, true, _) => UpstreamReach::NotReached,
+            (None, false, _) => UpstreamReach::Unknown,
         };
     }
     Some(r)
@@ -279,7 +279,7 @@ fn envoy_ts(line: &[u8]) -> Option<(i64, &[u8])> {
 }
 
 /// Envoy's default text format (see the module docs).
-pub fn parse_envoy_default(line: &[u8]) -> Option<Record<'_>> {
+pub fn parse_envoy_default(line: &[u8]) -> Option<LogRecord<'_>> {
     let (ts, rest) = envoy_ts(line)?;
     let rest = rest.strip_prefix(b"\"")?;
     let (req, rest) = request_field(rest)?;
@@ -302,7 +302,7 @@ pub fn parse_envoy_default(line: &[u8]) -> Option<Record<'_>> {
         return None;
     }
     let (method, path) = split_request(req);
-    let mut r = Record::new(ts);
+    let mut r = LogRecord::new(ts);
     r.method = method;
     r.path = path;
     r.status = status;
@@ -318,15 +318,15 @@ pub fn parse_envoy_default(line: &[u8]) -> Option<Record<'_>> {
         .and_then(opt);
     r.ua = opt(ua);
     r.upstream = if opt(uhost).is_some() || r.upstream_ms.is_some() {
-        Upstream::Reached
+        UpstreamReach::Reached
     } else {
-        Upstream::NotReached
+        UpstreamReach::NotReached
     };
     Some(r)
 }
 
 /// crawlguard's own access log (see the module docs).
-pub fn parse_crawlguard(line: &[u8]) -> Option<Record<'_>> {
+pub fn parse_crawlguard(line: &[u8]) -> Option<LogRecord<'_>> {
     let (ts, rest) = envoy_ts(line)?;
     let (addr, rest) = token(rest);
     let rest = rest.strip_prefix(b"\"")?;
@@ -338,7 +338,7 @@ pub fn parse_crawlguard(line: &[u8]) -> Option<Record<'_>> {
         return None;
     }
     let (method, path) = split_request(req);
-    let mut r = Record::new(ts);
+    let mut r = LogRecord::new(ts);
     r.client = opt(addr);
     r.method = method;
     r.path = path;
@@ -381,12 +381,12 @@ pub fn parse_crawlguard(line: &[u8]) -> Option<Record<'_>> {
     }
     r.upstream = match r.details {
         Some(d) if d == b"via_upstream" || d == b"crawlguard_normalised_upstream" => {
-            Upstream::Reached
+            UpstreamReach::Reached
         }
-        Some(_) => Upstream::NotReached,
-        None if r.upstream_ms.is_some() => Upstream::Reached,
-        None if saw_upstream_ms => Upstream::NotReached,
-        None => Upstream::Unknown,
+        Some(_) => UpstreamReach::NotReached,
+        None if r.upstream_ms.is_some() => UpstreamReach::Reached,
+        None if saw_upstream_ms => UpstreamReach::NotReached,
+        None => UpstreamReach::Unknown,
     };
     Some(r)
 }
@@ -476,7 +476,7 @@ struct JsonLine<'a> {
 /// Parses one Envoy JSON access-log line and hands the record to `f` (the record borrows
 /// from the decoded object, hence the callback). False if the line is not such a log line
 /// (not a JSON object, or no start time / status).
-pub fn parse_envoy_json(line: &[u8], f: &mut dyn FnMut(&Record<'_>)) -> bool {
+pub fn parse_envoy_json(line: &[u8], f: &mut dyn FnMut(&LogRecord<'_>)) -> bool {
     let Ok(j) = serde_json::from_slice::<JsonLine<'_>>(line) else {
         return false;
     };
@@ -523,7 +523,7 @@ pub fn parse_envoy_json(line: &[u8], f: &mut dyn FnMut(&Record<'_>)) -> bool {
     fn b(s: &Option<String>) -> Option<&[u8]> {
         s.as_deref().map(str::as_bytes).and_then(opt)
     }
-    let mut r = Record::new(ts);
+    let mut r = LogRecord::new(ts);
     r.method = b(&method).unwrap_or(b"-");
     r.path = b(&path).unwrap_or(b"");
     r.status = status as u16;
@@ -544,12 +544,12 @@ pub fn parse_envoy_json(line: &[u8], f: &mut dyn FnMut(&Record<'_>)) -> bool {
     });
     r.upstream = match r.details {
         Some(d) if d == b"via_upstream" || d == b"crawlguard_normalised_upstream" => {
-            Upstream::Reached
+            UpstreamReach::Reached
         }
-        Some(_) => Upstream::NotReached,
-        None if b(&uhost).is_some() || r.upstream_ms.is_some() => Upstream::Reached,
-        None if j.upstream_host.is_some() => Upstream::NotReached,
-        None => Upstream::Unknown,
+        Some(_) => UpstreamReach::NotReached,
+        None if b(&uhost).is_some() || r.upstream_ms.is_some() => UpstreamReach::Reached,
+        None if j.upstream_host.is_some() => UpstreamReach::NotReached,
+        None => UpstreamReach::Unknown,
     };
     f(&r);
     true
@@ -567,7 +567,7 @@ fn strip_port(s: &str) -> &str {
 }
 
 /// Parses `line` in `format`, handing the record to `f`; false if it does not parse.
-pub fn parse(format: Format, line: &[u8], f: &mut dyn FnMut(&Record<'_>)) -> bool {
+pub fn parse(format: Format, line: &[u8], f: &mut dyn FnMut(&LogRecord<'_>)) -> bool {
     let r = match format {
         Format::Combined => parse_combined(line),
         Format::EnvoyDefault => parse_envoy_default(line),

@@ -24,12 +24,12 @@
 //! is a response header, not logged).
 
 use crate::host::{ReplayProxy, Request};
-use crate::logfmt::Record;
+use crate::logfmt::LogRecord;
 use crate::offline::{self, Offline, OfflineVerdict};
 use crate::report::Client;
 use crate::stats::Heavy;
 use crate::status::StatusBucket;
-use crate::table::{pct, Table};
+use crate::table::{pct, TextTable};
 use crate::time;
 use crawlguard::classify::Class;
 use crawlguard::config::{Config, KeyKind, Mode};
@@ -47,7 +47,7 @@ pub const CRAWLER_WARN_SHARE: f64 = 0.01;
 
 /// Admitted / rejected / shadow-limited counts.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct Counts {
+pub struct DecisionCounts {
     /// Forwarded upstream, every matching limit passed (the filter's `allowed`).
     pub admitted: u64,
     /// Rejected by crawlguard (429 or 503; the filter's `limited`).
@@ -57,7 +57,7 @@ pub struct Counts {
     pub shadow_limited: u64,
 }
 
-impl Counts {
+impl DecisionCounts {
     fn total(&self) -> u64 {
         self.admitted + self.rejected + self.shadow_limited
     }
@@ -89,12 +89,12 @@ pub struct Replay {
     downstream: String,
     limit_index: BTreeMap<String, usize>,
     /// Per class ([`Class::index`]).
-    pub classes: [Counts; 8],
+    pub classes: [DecisionCounts; 8],
     /// Per route index (`routes.len()` = `default`).
-    pub routes: Vec<Counts>,
+    pub routes: Vec<DecisionCounts>,
     /// Per limit: forwarded requests it applied to and did not object to, rejections it
     /// caused, and requests it would have rejected in shadow mode.
-    pub limits: Vec<Counts>,
+    pub limits: Vec<DecisionCounts>,
     /// Exempt paths (never limited, no class).
     pub exempt: u64,
     /// Actual status (rows, by [`StatusBucket`]) x predicted decision (columns,
@@ -129,8 +129,8 @@ impl Replay {
             .enumerate()
             .map(|(i, l)| (l.name.clone(), i))
             .collect();
-        let routes = vec![Counts::default(); cfg.routes.len() + 1];
-        let limits = vec![Counts::default(); cfg.limits.len()];
+        let routes = vec![DecisionCounts::default(); cfg.routes.len() + 1];
+        let limits = vec![DecisionCounts::default(); cfg.limits.len()];
         let proxy = ReplayProxy::new(cfg);
         Replay {
             proxy,
@@ -180,7 +180,7 @@ impl Replay {
     }
 
     /// Replays one record.
-    pub fn add(&mut self, r: &Record<'_>) {
+    pub fn add(&mut self, r: &LogRecord<'_>) {
         self.requests += 1;
         let now = self.clock(r.ts_ms);
         self.proxy.host.now_ns = now;
@@ -257,7 +257,7 @@ impl Replay {
             }
             (None, Some(class)) => {
                 let shadow = out.shadow_limit;
-                let tally = |c: &mut Counts| {
+                let tally = |c: &mut DecisionCounts| {
                     if shadow.is_some() {
                         c.shadow_limited += 1;
                     } else {
@@ -432,7 +432,7 @@ impl Replay {
                 .limited_clients
                 .top(top)
                 .into_iter()
-                .map(|(c, n, class)| ClientRow {
+                .map(|(c, n, class)| LimitedClientRow {
                     client: c.to_string(),
                     rejected: n,
                     class: class.map_or("", Class::as_str),
@@ -521,7 +521,7 @@ pub struct ReplayJson {
     /// Upstream 429/503 the response path would have normalised.
     pub normalised_upstream: u64,
     /// Clients with the most rejections.
-    pub top_limited_clients: Vec<ClientRow>,
+    pub top_limited_clients: Vec<LimitedClientRow>,
     /// Their counts may be low by at most this much (0: exact).
     pub top_limited_error_bound: u64,
     /// Requests without a client address in the log (they share one key).
@@ -631,7 +631,7 @@ pub struct MatrixRow {
 
 /// A client that would be limited.
 #[derive(Debug, Serialize)]
-pub struct ClientRow {
+pub struct LimitedClientRow {
     /// Address as logged.
     pub client: String,
     /// Rejections.
@@ -673,7 +673,7 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
     }
     if !j.verdicts.is_empty() {
         out += "\nverifier callouts answered\n";
-        let mut t = Table::new(["bot", "verdict", "callouts"]);
+        let mut t = TextTable::new(["bot", "verdict", "callouts"]);
         for v in &j.verdicts {
             t.row(vec![
                 v.bot.clone(),
@@ -689,7 +689,7 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
         &[]
     };
     out += "\nper class\n";
-    let mut t = Table::new(
+    let mut t = TextTable::new(
         ["class", "requests", "admitted", "rejected", "rejected %"]
             .iter()
             .chain(shadow_head),
@@ -724,7 +724,7 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
     }
     out += &t.render();
     out += "\nper route\n";
-    let mut t = Table::new(
+    let mut t = TextTable::new(
         ["route", "admitted", "rejected", "rejected %"]
             .iter()
             .chain(shadow_head),
@@ -752,7 +752,7 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
     if any_shadow {
         head.extend(["mode", "shadow-limited"]);
     }
-    let mut t = Table::new(head);
+    let mut t = TextTable::new(head);
     for l in &j.limits {
         let mut row = vec![
             l.limit.clone(),
@@ -777,7 +777,7 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
         .enumerate()
         .filter(|(i, _)| any_shadow || *i != 3)
         .map(|(_, p)| *p);
-    let mut t = Table::new(["actual"].into_iter().chain(predicted));
+    let mut t = TextTable::new(["actual"].into_iter().chain(predicted));
     for m in &j.status_vs_prediction {
         if m.admitted + m.rejected_429 + m.rejected_503 + m.shadow_limited + m.exempt == 0 {
             continue;
@@ -820,7 +820,7 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
         } else {
             "rejected"
         };
-        let mut t = Table::new(["client", n, "class"]);
+        let mut t = TextTable::new(["client", n, "class"]);
         for c in &j.top_limited_clients {
             t.row(vec![
                 c.client.clone(),

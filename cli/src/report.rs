@@ -7,11 +7,11 @@
 //! limit names ([`LIMITS_KEPT`]); lines are read up to [`crate::input::MAX_LINE_BYTES`].
 
 use crate::input::FileStats;
-use crate::logfmt::{Record, Upstream};
+use crate::logfmt::{LogRecord, UpstreamReach};
 use crate::minutes::{Minute, Minutes};
 use crate::stats::{Heavy, MsHist};
 use crate::status::StatusBucket;
-use crate::table::{pct, Table};
+use crate::table::{pct, TextTable};
 use crate::time;
 use crate::timeline::{Kind, Timeline};
 use crawlguard::classify::Class;
@@ -61,7 +61,7 @@ impl Origin {
     }
 
     /// Who answered `r`.
-    pub fn of(r: &Record<'_>) -> Origin {
+    pub fn of(r: &LogRecord<'_>) -> Origin {
         match r.details {
             Some(d) if d == DETAILS_LIMITED.as_bytes() => return Origin::Crawlguard,
             Some(d) if d == DETAILS_SHED.as_bytes() => return Origin::Shed,
@@ -72,10 +72,10 @@ impl Origin {
             None => {}
         }
         match r.upstream {
-            Upstream::Reached => Origin::Upstream,
-            Upstream::NotReached if r.flags.is_some() => Origin::OtherEnvoy,
-            Upstream::NotReached => Origin::Crawlguard,
-            Upstream::Unknown => Origin::Unknown,
+            UpstreamReach::Reached => Origin::Upstream,
+            UpstreamReach::NotReached if r.flags.is_some() => Origin::OtherEnvoy,
+            UpstreamReach::NotReached => Origin::Crawlguard,
+            UpstreamReach::Unknown => Origin::Unknown,
         }
     }
 }
@@ -94,7 +94,7 @@ pub struct Group {
 }
 
 impl Group {
-    fn add(&mut self, r: &Record<'_>) {
+    fn add(&mut self, r: &LogRecord<'_>) {
         self.requests += 1;
         if let Some(c) = self.status.get_mut(StatusBucket::of(r.status).index()) {
             *c += 1;
@@ -292,7 +292,7 @@ impl Report {
     }
 
     /// Counts one record.
-    pub fn add(&mut self, r: &Record<'_>) {
+    pub fn add(&mut self, r: &LogRecord<'_>) {
         let (derived, bot) = self.classify(r.ua);
         let class = match r.class {
             Some(k) => {
@@ -759,14 +759,14 @@ pub fn render(j: &ReportJson) -> String {
     out += "\nper class (shares of requests; rej: 429/503 by origin cg = crawlguard's rate \
             limit, shed = crawlguard's load shedding, up = upstream; ttfb = upstream time, \
             nearest rank)\n";
-    let mut t = Table::new(std::iter::once("class").chain(GROUP_HEAD));
+    let mut t = TextTable::new(std::iter::once("class").chain(GROUP_HEAD));
     for c in &j.classes {
         t.row(group_row(c.class.to_string(), &c.group));
     }
     out += &t.render();
     if j.routes.len() > 1 {
         out += "\nper route (crawlguard routes of the configuration, from the path)\n";
-        let mut t = Table::new(std::iter::once("route").chain(GROUP_HEAD));
+        let mut t = TextTable::new(std::iter::once("route").chain(GROUP_HEAD));
         for r in &j.routes {
             t.row(group_row(r.route.clone(), &r.group));
         }
@@ -774,7 +774,7 @@ pub fn render(j: &ReportJson) -> String {
     }
     if !j.bots.is_empty() {
         out += "\nper bot id (known bots; class = the catalog's, granted only when verified)\n";
-        let mut t = Table::new(["bot", "class"].into_iter().chain(GROUP_HEAD));
+        let mut t = TextTable::new(["bot", "class"].into_iter().chain(GROUP_HEAD));
         for b in &j.bots {
             let mut row = group_row(b.bot.clone(), &b.group);
             let class = if b.verify {
@@ -793,7 +793,7 @@ pub fn render(j: &ReportJson) -> String {
             s += "  none\n";
             return s;
         }
-        let mut t = Table::new(["minute (UTC)", "requests", "429", "429+503", "429 by class"]);
+        let mut t = TextTable::new(["minute (UTC)", "requests", "429", "429+503", "429 by class"]);
         for m in v {
             let by: Vec<String> = m
                 .s429_by_class
@@ -830,7 +830,7 @@ pub fn render(j: &ReportJson) -> String {
             )
         }
     );
-    let mut t = Table::new(["client", "requests", "429/503", "class (latest)"]);
+    let mut t = TextTable::new(["client", "requests", "429/503", "class (latest)"]);
     for c in &j.top_talkers.clients {
         t.row(vec![
             c.client.clone(),
@@ -842,7 +842,7 @@ pub fn render(j: &ReportJson) -> String {
     out += &t.render();
     if !j.limits.is_empty() {
         out += "\nrejections by limit (logged RateLimit-Policy)\n";
-        let mut t = Table::new(["limit", "rejections"]);
+        let mut t = TextTable::new(["limit", "rejections"]);
         for (l, n) in &j.limits {
             t.row(vec![l.clone(), n.to_string()]);
         }

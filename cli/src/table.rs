@@ -3,15 +3,15 @@
 
 /// A table being filled.
 #[derive(Debug, Clone, Default)]
-pub struct Table {
+pub struct TextTable {
     head: Vec<String>,
     rows: Vec<Vec<String>>,
 }
 
-impl Table {
+impl TextTable {
     /// A table with these column headers.
-    pub fn new<S: ToString>(head: impl IntoIterator<Item = S>) -> Table {
-        Table {
+    pub fn new<S: ToString>(head: impl IntoIterator<Item = S>) -> TextTable {
+        TextTable {
             head: head.into_iter().map(|s| s.to_string()).collect(),
             rows: Vec::new(),
         }
@@ -83,7 +83,7 @@ mod tests {
 
     #[test]
     fn aligns_columns() {
-        let mut t = Table::new(["class", "n"]);
+        let mut t = TextTable::new(["class", "n"]);
         t.row(vec!["human".into(), "1234".into()]);
         t.row(vec!["script".into(), "5".into()]);
         assert_eq!(t.render(), "class      n\nhuman   1234\nscript     5\n");

@@ -8,7 +8,7 @@
 //! plot then picks, from the same ladder, the finest width that gives at most
 //! [`MAX_PLOT_BINS`] bins over the span: 1 s bins for a one-minute log, 1 h for three days.
 
-use crate::logfmt::Record;
+use crate::logfmt::LogRecord;
 use crate::report::Origin;
 use crawlguard::classify::Class;
 use std::collections::BTreeMap;
@@ -77,7 +77,7 @@ pub enum Kind {
 
 impl Kind {
     /// Of one record: by status and [`Origin::of`].
-    pub fn of(r: &Record<'_>) -> Kind {
+    pub fn of(r: &LogRecord<'_>) -> Kind {
         let crawlguards = matches!(r.status, 429 | 503);
         match r.status {
             429 | 500..=599 => match Origin::of(r) {

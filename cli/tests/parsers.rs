@@ -3,7 +3,7 @@
 //! `envoy/envoy.yaml`'s format) and on garbage.
 
 use crawlguard::classify::Class;
-use crawlguard_cli::logfmt::{self, Format, Record, Upstream};
+use crawlguard_cli::logfmt::{self, Format, LogRecord, UpstreamReach};
 
 const APACHE_LOG: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -12,16 +12,16 @@ const APACHE_LOG: &str = concat!(
 
 fn parse(fmt: Format, line: &str) -> Option<String> {
     let mut out = None;
-    logfmt::parse(fmt, line.as_bytes(), &mut |r: &Record<'_>| {
+    logfmt::parse(fmt, line.as_bytes(), &mut |r: &LogRecord<'_>| {
         out = Some(format!("{r:?}"))
     });
     out
 }
 
-fn with<T>(fmt: Format, line: &[u8], f: impl FnOnce(&Record<'_>) -> T) -> Option<T> {
+fn with<T>(fmt: Format, line: &[u8], f: impl FnOnce(&LogRecord<'_>) -> T) -> Option<T> {
     let mut f = Some(f);
     let mut out = None;
-    logfmt::parse(fmt, line, &mut |r: &Record<'_>| {
+    logfmt::parse(fmt, line, &mut |r: &LogRecord<'_>| {
         if let Some(f) = f.take() {
             out = Some(f(r));
         }
@@ -68,7 +68,7 @@ fn combined_real_apache_lines() {
                     .into()
             ),
             None,
-            Upstream::Unknown
+            UpstreamReach::Unknown
         )
     );
     // Line 8899 is cut inside the User-Agent: not a record.
@@ -98,21 +98,24 @@ fn combined_with_nginx_request_and_upstream_times() {
             (r.duration_ms, r.upstream_ms, r.upstream)
         })
     };
-    assert_eq!(got(""), Some((None, None, Upstream::Unknown)));
+    assert_eq!(got(""), Some((None, None, UpstreamReach::Unknown)));
     assert_eq!(
         got(" 0.005 0.004"),
-        Some((Some(5), Some(4), Upstream::Reached))
+        Some((Some(5), Some(4), UpstreamReach::Reached))
     );
-    assert_eq!(got(" 0.000 -"), Some((Some(0), None, Upstream::NotReached)));
+    assert_eq!(
+        got(" 0.000 -"),
+        Some((Some(0), None, UpstreamReach::NotReached))
+    );
     // Two upstream attempts: their times add up.
     assert_eq!(
         got(" 0.120 0.100, 0.015"),
-        Some((Some(120), Some(115), Upstream::Reached))
+        Some((Some(120), Some(115), UpstreamReach::Reached))
     );
     // nginx separates internal redirects' upstream times with " : ".
     assert_eq!(
         got(" 1.5 0.5 : 0.25"),
-        Some((Some(1500), Some(750), Upstream::Reached))
+        Some((Some(1500), Some(750), UpstreamReach::Reached))
     );
     assert_eq!(got(" soon -"), None);
     // Escaped quotes inside the User-Agent (nginx writes \x22, Apache \").
@@ -154,7 +157,7 @@ fn envoy_default_format() {
             Some(100),
             Some("10.0.35.28".into()),
             Some("nsq2http".into()),
-            Upstream::Reached,
+            UpstreamReach::Reached,
             None
         ))
     );
@@ -171,7 +174,13 @@ fn envoy_default_format() {
     });
     assert_eq!(
         r,
-        Some((429, Upstream::NotReached, Some("RL".into()), true, true))
+        Some((
+            429,
+            UpstreamReach::NotReached,
+            Some("RL".into()),
+            true,
+            true
+        ))
     );
     assert_eq!(parse(Format::EnvoyDefault, &ENVOY_DEFAULT[..120]), None);
     assert_eq!(parse(Format::Crawlguard, ENVOY_DEFAULT), None);
@@ -204,7 +213,7 @@ fn envoy_json_format() {
             Some("10.244.0.10".into()),
             Some("curl/7.86.0-DEV".into()),
             Some("via_upstream".into()),
-            Upstream::Reached,
+            UpstreamReach::Reached,
             Some("default".into()),
             Some("/productpage".into())
         ))
@@ -228,7 +237,7 @@ fn envoy_json_format() {
             Some(Class::UnverifiedBot),
             Some("unverified_bot_per_ip".into()),
             Some("2001:db8::1".into()),
-            Upstream::NotReached,
+            UpstreamReach::NotReached,
             None
         ))
     );
@@ -297,7 +306,7 @@ fn crawlguard_format_real_envoy_lines() {
             Some(Class::Human),
             Some(1),
             Some(0),
-            Upstream::Reached,
+            UpstreamReach::Reached,
             true
         ))
     );
@@ -311,7 +320,7 @@ fn crawlguard_format_real_envoy_lines() {
             r.upstream_ms,
             r.upstream
         )),
-        Some((Some(Class::UnverifiedBot), None, Upstream::NotReached))
+        Some((Some(Class::UnverifiedBot), None, UpstreamReach::NotReached))
     );
     // The whole file is detected as crawlguard's format.
     assert_eq!(
@@ -348,7 +357,7 @@ fn crawlguard_format() {
             Some("crawlguard_rate_limited".into()),
             Some(0),
             None,
-            Upstream::NotReached,
+            UpstreamReach::NotReached,
             Some("unverified_bot_per_ip".into()),
             Some(72),
             Some("127.1.2.7".into())
@@ -357,12 +366,18 @@ fn crawlguard_format() {
     let g0 = got[0].clone().expect("line 0");
     assert_eq!(
         (g0.0, g0.1, g0.3, g0.4, g0.5),
-        (200, Some(Class::Human), Some(1), Some(0), Upstream::Reached)
+        (
+            200,
+            Some(Class::Human),
+            Some(1),
+            Some(0),
+            UpstreamReach::Reached
+        )
     );
     let g2 = got[2].clone().expect("line 2");
     assert_eq!((g2.1, g2.7), (None, None), "class - and ua - are absent");
     let g3 = got[3].clone().expect("line 3");
-    assert_eq!((g3.0, g3.5), (503, Upstream::Reached));
+    assert_eq!((g3.0, g3.5), (503, UpstreamReach::Reached));
     assert_eq!(
         with(Format::Crawlguard, CRAWLGUARD_LINES[3].as_bytes(), |r| s(
             r.ua
@@ -377,7 +392,7 @@ fn crawlguard_format() {
             r.upstream,
             r.upstream_ms
         )),
-        Some((200, Upstream::Reached, None))
+        Some((200, UpstreamReach::Reached, None))
     );
     for bad in [
         &CRAWLGUARD_LINES[0][..80],

@@ -97,7 +97,7 @@ fn classes(panel: &Panel) -> Vec<Class> {
     panel.layers.iter().map(|(c, _)| *c).collect()
 }
 
-/// Counts at `ks` and zero elsewhere, over `n` bins.
+/// DecisionCounts at `ks` and zero elsewhere, over `n` bins.
 fn at(n: usize, ks: impl IntoIterator<Item = (usize, u64)>) -> Vec<u64> {
     let mut v = vec![0; n];
     for (k, c) in ks {
