@@ -2,11 +2,13 @@
 //! refused, an invalid configuration exits 1 with the filter's own `field: reason`, and a
 //! valid one the filter would warn about is accepted with each warning on its own line.
 
+mod common;
+
+use common::BIN;
+
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-
-const BIN: &str = env!("CARGO_BIN_EXE_crawlguard");
 
 fn root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))

@@ -1,17 +1,18 @@
 //! `crawlguard classify`: class, bot id and verification, from arguments or stdin.
 
+mod common;
+
+use common::{BIN, GOOGLEBOT_UA};
+
 use std::io::Write;
 use std::process::{Command, Stdio};
-
-const BIN: &str = env!("CARGO_BIN_EXE_crawlguard");
-const GOOGLEBOT: &str = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
 
 #[test]
 fn arguments_as_a_table() {
     let out = Command::new(BIN)
         .args([
             "classify",
-            GOOGLEBOT,
+            GOOGLEBOT_UA,
             "curl/8.5.0",
             "Mozilla/5.0 (X11; Linux x86_64) Firefox/128.0",
             "MojeekBot/0.11",
@@ -36,7 +37,7 @@ fn arguments_as_a_table() {
             "unverified_bot",
             "googlebot",
             "yes: search_crawler once verified, else unverified_bot/spoofed",
-            GOOGLEBOT
+            GOOGLEBOT_UA
         ]
     );
     assert_eq!(rows[2][..3], ["script", "script", "no"]);
@@ -56,7 +57,7 @@ fn stdin_as_json_lines() {
         .stdin
         .take()
         .expect("stdin")
-        .write_all(format!("{GOOGLEBOT}\r\n\nGPTBot/1.2\n").as_bytes())
+        .write_all(format!("{GOOGLEBOT_UA}\r\n\nGPTBot/1.2\n").as_bytes())
         .expect("feed");
     let out = child.wait_with_output().expect("wait");
     assert!(out.status.success());
@@ -67,7 +68,7 @@ fn stdin_as_json_lines() {
     assert_eq!(rows.len(), 3);
     assert_eq!(
         rows[0],
-        serde_json::json!({"user_agent": GOOGLEBOT, "class": "unverified_bot", "bot": "googlebot",
+        serde_json::json!({"user_agent": GOOGLEBOT_UA, "class": "unverified_bot", "bot": "googlebot",
                            "claimed_class": "search_crawler", "verify": true})
     );
     // An empty User-Agent is a script, as in the filter.

@@ -2,13 +2,16 @@
 //! (`ulimit -v`), a gzip bomb (a 4 GiB line in 4 MiB of gzip) and thousands of distinct
 //! long names are reported in full, the long line counted and skipped.
 
+mod common;
+
+use common::BIN;
+
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use serde_json::Value;
 use std::io::Write;
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_crawlguard");
 /// Address space the command gets, KiB: far below what holding the inputs would take.
 const LIMIT_KIB: u32 = 256 * 1024;
 

@@ -2,13 +2,12 @@
 //! and Istio's documented examples, and lines written by a real Envoy with
 //! `envoy/envoy.yaml`'s format) and on garbage.
 
+mod common;
+
+use common::APACHE_LOG;
+
 use crawlguard::classify::Class;
 use crawlguard_cli::logfmt::{self, Format, LogRecord, UpstreamReach};
-
-const APACHE_LOG: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/data/elastic-apache-logs/apache_logs"
-);
 
 fn parse(fmt: Format, line: &str) -> Option<String> {
     let mut out = None;

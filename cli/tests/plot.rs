@@ -3,6 +3,10 @@
 //! rejections (rate limit, shed) drawn apart from the origin's and Envoy's errors, and the
 //! SVG's titles, axis titles with units, and one rectangle per drawn bin and class.
 
+mod common;
+
+use common::{write_tmp, APACHE_LOG, BIN, BROWSER_UA, GOOGLEBOT_UA};
+
 use crawlguard::classify::Class;
 use crawlguard::config;
 use crawlguard_cli::input;
@@ -12,15 +16,6 @@ use crawlguard_cli::timeline::{
     width_words, Kind, PlotBins, Timeline, LADDER_S, MAX_PLOT_BINS, MAX_STORED_BINS,
 };
 use std::process::Command;
-
-const APACHE_LOG: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/data/elastic-apache-logs/apache_logs"
-);
-const BIN: &str = env!("CARGO_BIN_EXE_crawlguard");
-const BROWSER_UA: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36";
-const GOOGLEBOT_UA: &str =
-    "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
 
 /// One crawlguard-format line (envoy/envoy.yaml) at `ms` into 2026-12-01 07:00 UTC.
 fn line(ms: u32, status: u16, details: &str, class: &str, ua: &str) -> String {
@@ -66,12 +61,6 @@ fn report(paths: &[String]) -> Report {
     let mut rep = Report::new(config::parse(b"").expect("default"));
     rep.inputs = input::each_input(paths, None, &mut |r| rep.add(r));
     rep
-}
-
-fn write_tmp(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
-    let p = dir.path().join(name);
-    std::fs::write(&p, text).expect("write");
-    p.display().to_string()
 }
 
 /// Per class in a panel: its own count per bin (the layer minus the one below).

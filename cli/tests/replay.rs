@@ -3,6 +3,10 @@
 //! the warning for verified crawlers; what a log cannot tell (cost headers, origin times for
 //! shedding) said in the output; `--json`.
 
+mod common;
+
+use common::{APACHE_LOG, BIN};
+
 use crawlguard::config;
 use crawlguard_cli::input;
 use crawlguard_cli::offline::Offline;
@@ -10,11 +14,6 @@ use crawlguard_cli::replay::Replay;
 use serde_json::Value;
 use std::process::Command;
 
-const APACHE_LOG: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/data/elastic-apache-logs/apache_logs"
-);
-const BIN: &str = env!("CARGO_BIN_EXE_crawlguard");
 const EXAMPLE_TOML: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../sidecar/sidecar.example.toml"

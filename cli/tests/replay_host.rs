@@ -5,6 +5,10 @@
 //! skips it unless the status is one the filter rewrites, and this shows that changes
 //! nothing, cost-based limits included.
 
+mod common;
+
+use common::APACHE_LOG;
+
 use crawlguard::config::{self, Config};
 use crawlguard::fake_host::FakeProxy;
 use crawlguard::request::Step;
@@ -13,11 +17,6 @@ use crawlguard_cli::host::{ReplayProxy, Request};
 use crawlguard_cli::input;
 use crawlguard_cli::offline;
 use std::rc::Rc;
-
-const APACHE_LOG: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/data/elastic-apache-logs/apache_logs"
-);
 
 /// The verifier's answer to a callout path: `unknown`, as replay without `--ranges` gives.
 fn unknown(path: &str) -> String {

@@ -2,6 +2,10 @@
 //! synthetic log with known values, rejection origins, gzip and stdin input, `--json`, and
 //! the plot file.
 
+mod common;
+
+use common::{write_tmp, APACHE_LOG, BIN, BROWSER_UA};
+
 use crawlguard::config;
 use crawlguard_cli::input;
 use crawlguard_cli::report::Report;
@@ -10,12 +14,6 @@ use flate2::Compression;
 use serde_json::Value;
 use std::io::Write;
 use std::process::{Command, Stdio};
-
-const APACHE_LOG: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/data/elastic-apache-logs/apache_logs"
-);
-const BIN: &str = env!("CARGO_BIN_EXE_crawlguard");
 
 fn report_of(paths: &[String]) -> Value {
     let mut rep = Report::new(config::parse(b"").expect("default"));
@@ -144,16 +142,6 @@ fn cg_line(sec: u32, status: u16, details: &str, class: &str, up: &str, ua: &str
         1 + sec % 3
     )
 }
-
-fn write_tmp(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
-    let p = dir.path().join(name);
-    std::fs::write(&p, text).expect("write");
-    p.display().to_string()
-}
-
-/// A browser's User-Agent: classified `human` (a bare `Mozilla/5.0` has no platform section
-/// and is not a browser shape).
-const BROWSER_UA: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36";
 
 #[test]
 fn percentiles_nearest_rank_on_known_values() {
