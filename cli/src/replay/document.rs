@@ -1,0 +1,329 @@
+//! The `replay --json` document (schema [`SCHEMA`]): its types, and how a finished
+//! [`Replay`] fills them.
+
+use super::{share, Replay, CRAWLER_WARN_SHARE, SCHEMA};
+use crate::status::StatusBucket;
+use crate::time;
+use crawlguard::classify::Class;
+use crawlguard::config::{KeyKind, Mode};
+use serde::Serialize;
+
+impl Replay {
+    /// The result as the `--json` document.
+    pub fn json(&self, top: usize) -> ReplayJson {
+        let cfg = self.config();
+        let classes = Class::ALL
+            .iter()
+            .filter_map(|c| {
+                let n = self.classes.get(c.index())?;
+                (n.total() > 0).then(|| ClassRow {
+                    class: c.as_str(),
+                    admitted: n.admitted,
+                    rejected: n.rejected,
+                    rejected_share: share(n.rejected, n.total()),
+                    shadow_limited: n.shadow_limited,
+                    shadow_limited_share: share(n.shadow_limited, n.total()),
+                })
+            })
+            .collect::<Vec<_>>();
+        // A shadow limit's would-be rejections count: they are what enforcing it would send.
+        let warnings = classes
+            .iter()
+            .filter(|c| {
+                Class::parse(c.class).is_some_and(Class::is_crawler)
+                    && c.rejected_share + c.shadow_limited_share > CRAWLER_WARN_SHARE
+            })
+            .map(|c| {
+                let total = c.admitted + c.rejected + c.shadow_limited;
+                format!(
+                    "verified crawlers of class {} would see {:.1}% rejections ({} of {}{}): \
+                     over the 1% that makes search engines and AI crawlers back off",
+                    c.class,
+                    share(c.rejected + c.shadow_limited, total) * 100.0,
+                    c.rejected + c.shadow_limited,
+                    total,
+                    if c.shadow_limited > 0 {
+                        format!(", {} of them by limits in shadow mode", c.shadow_limited)
+                    } else {
+                        String::new()
+                    }
+                )
+            })
+            .collect();
+        ReplayJson {
+            schema: SCHEMA,
+            mode: if self.shadow { "shadow" } else { "enforce" },
+            speed: self.speed,
+            requests: self.requests,
+            first: self.first_ms.map(time::fmt_ms),
+            last: self.first_ms.map(|_| time::fmt_ms(self.last_ms)),
+            replayed_seconds: self
+                .first_ms
+                .map_or(0.0, |f| (self.last_ms - f) as f64 / 1000.0 / self.speed),
+            verification: match &self.offline {
+                Some(o) => format!(
+                    "offline from --ranges ({}; {} prefixes): in range -> verified; otherwise \
+                     as the sidecar would, except that claims only FCrDNS could decide are \
+                     unknown (no DNS in a replay)",
+                    o.description.join(", "),
+                    o.prefixes()
+                ),
+                None => "none (no --ranges): every crawler claim is unverified, class \
+                         unverified_bot"
+                    .into(),
+            },
+            verdicts: self
+                .verdicts
+                .iter()
+                .map(|((bot, v), n)| VerdictRow {
+                    bot: bot.clone(),
+                    verdict: v.label(),
+                    callouts: *n,
+                })
+                .collect(),
+            classes,
+            routes: self
+                .routes
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.total() > 0)
+                .map(|(i, c)| RouteRow {
+                    route: cfg.route_name(i).to_string(),
+                    admitted: c.admitted,
+                    rejected: c.rejected,
+                    shadow_limited: c.shadow_limited,
+                })
+                .collect(),
+            limits: cfg
+                .limits
+                .iter()
+                .zip(&self.limits)
+                .map(|(l, c)| LimitRow {
+                    limit: l.name.clone(),
+                    class: l.class.map_or("*", Class::as_str),
+                    route: l
+                        .route
+                        .map_or("*".to_string(), |r| cfg.route_name(r).to_string()),
+                    key: match &l.key {
+                        KeyKind::Header(h) => format!("header:{h}"),
+                        k => k.kind_str().to_string(),
+                    },
+                    rate_per_s: l.rate_per_s,
+                    burst: l.burst,
+                    mode: mode_str(l.mode),
+                    cost_reserve: l.cost.as_ref().map(|c| c.reserve),
+                    admitted: c.admitted,
+                    rejected: c.rejected,
+                    shadow_limited: c.shadow_limited,
+                })
+                .collect(),
+            exempt: self.exempt,
+            status_vs_prediction: StatusBucket::ALL
+                .iter()
+                .zip(&self.matrix)
+                .map(|(a, row)| MatrixRow {
+                    actual: a.as_str(),
+                    admitted: row[0],
+                    rejected_429: row[1],
+                    rejected_503: row[2],
+                    shadow_limited: row[3],
+                    exempt: row[4],
+                })
+                .collect(),
+            normalised_upstream: self.normalised,
+            top_limited_clients: self
+                .limited_clients
+                .top(top)
+                .into_iter()
+                .map(|(c, n, class)| LimitedClientRow {
+                    client: c.to_string(),
+                    rejected: n,
+                    class: class.map_or("", Class::as_str),
+                })
+                .collect(),
+            top_limited_error_bound: self.limited_clients.error(),
+            no_client_address: self.no_client,
+            header_keyed_limits: cfg
+                .limits
+                .iter()
+                .filter(|l| matches!(l.key, KeyKind::Header(_)))
+                .map(|l| l.name.clone())
+                .collect(),
+            cost_limits: cfg
+                .limits
+                .iter()
+                .filter_map(|l| {
+                    let c = l.cost.as_ref()?;
+                    Some(format!(
+                        "{} (reserve {}, from {})",
+                        l.name, c.reserve, c.from_response_header
+                    ))
+                })
+                .collect(),
+            shedding_not_replayed: self.shedding,
+            fleet_as_one_envoy: self.fleet,
+            unresolved: self.unresolved,
+            warnings,
+        }
+    }
+}
+
+fn mode_str(m: Mode) -> &'static str {
+    match m {
+        Mode::Enforce => "enforce",
+        Mode::Shadow => "shadow",
+    }
+}
+
+/// `replay --json` document (schema [`SCHEMA`], documented in the README).
+#[derive(Debug, Serialize)]
+pub struct ReplayJson {
+    /// `crawlguard.replay/v1`.
+    pub schema: &'static str,
+    /// The configuration's global mode (`shadow`: nothing is rejected; see each limit's).
+    pub mode: &'static str,
+    /// Time compression.
+    pub speed: f64,
+    /// Requests replayed.
+    pub requests: u64,
+    /// First log time.
+    pub first: Option<String>,
+    /// Last log time.
+    pub last: Option<String>,
+    /// The log's span divided by the speed, s.
+    pub replayed_seconds: f64,
+    /// How crawler claims were verified.
+    pub verification: String,
+    /// Verifier answers, by bot and verdict.
+    pub verdicts: Vec<VerdictRow>,
+    /// Per class.
+    pub classes: Vec<ClassRow>,
+    /// Per route.
+    pub routes: Vec<RouteRow>,
+    /// Per limit.
+    pub limits: Vec<LimitRow>,
+    /// Exempt paths.
+    pub exempt: u64,
+    /// Actual status x predicted decision.
+    pub status_vs_prediction: Vec<MatrixRow>,
+    /// Upstream 429/503 the response path would have normalised.
+    pub normalised_upstream: u64,
+    /// Clients with the most rejections.
+    pub top_limited_clients: Vec<LimitedClientRow>,
+    /// Their counts may be low by at most this much (0: exact).
+    pub top_limited_error_bound: u64,
+    /// Requests without a client address in the log (they share one key).
+    pub no_client_address: u64,
+    /// Limits keyed by a request header (access logs carry none: every request is keyed
+    /// as "header missing").
+    pub header_keyed_limits: Vec<String>,
+    /// Cost-based limits, as `name (reserve N, from <header>)`: access logs carry no
+    /// response headers, so every forwarded request is settled at its reservation.
+    pub cost_limits: Vec<String>,
+    /// The configuration sheds load (`shedding.enabled`), which a replay does not model:
+    /// no request is shed.
+    pub shedding_not_replayed: bool,
+    /// The configuration syncs its limits across a fleet (`fleet.enabled`): the log is
+    /// decided as by one Envoy holding each limit whole, without sync delays.
+    pub fleet_as_one_envoy: bool,
+    /// Requests left waiting for a verdict (0 unless something is wrong).
+    pub unresolved: u64,
+    /// Warnings (a verified-crawler class over 1% rejections).
+    pub warnings: Vec<String>,
+}
+
+/// Verifier answers for one bot and verdict.
+#[derive(Debug, Serialize)]
+pub struct VerdictRow {
+    /// Bot id.
+    pub bot: String,
+    /// Verdict (with how it was reached).
+    pub verdict: &'static str,
+    /// Callouts answered so.
+    pub callouts: u64,
+}
+
+/// One class.
+#[derive(Debug, Serialize)]
+pub struct ClassRow {
+    /// Class.
+    pub class: &'static str,
+    /// Admitted.
+    pub admitted: u64,
+    /// Rejected.
+    pub rejected: u64,
+    /// Rejected share (0..1).
+    pub rejected_share: f64,
+    /// Shadow-limited (forwarded; a shadow limit would have rejected it).
+    pub shadow_limited: u64,
+    /// Shadow-limited share (0..1).
+    pub shadow_limited_share: f64,
+}
+
+/// One route.
+#[derive(Debug, Serialize)]
+pub struct RouteRow {
+    /// Route name.
+    pub route: String,
+    /// Admitted.
+    pub admitted: u64,
+    /// Rejected.
+    pub rejected: u64,
+    /// Shadow-limited.
+    pub shadow_limited: u64,
+}
+
+/// One limit.
+#[derive(Debug, Serialize)]
+pub struct LimitRow {
+    /// Name.
+    pub limit: String,
+    /// Class (`*` = every class).
+    pub class: &'static str,
+    /// Route (`*` = every route).
+    pub route: String,
+    /// Key kind.
+    pub key: String,
+    /// Rate.
+    pub rate_per_s: f64,
+    /// Burst.
+    pub burst: u32,
+    /// `enforce` or `shadow` (its own `mode`, else the global one).
+    pub mode: &'static str,
+    /// Tokens a request reserves (cost-based limits; `null`: one token per request).
+    pub cost_reserve: Option<u32>,
+    /// Forwarded requests it applied to and did not object to.
+    pub admitted: u64,
+    /// Rejections it caused.
+    pub rejected: u64,
+    /// Requests it would have rejected (shadow mode; forwarded).
+    pub shadow_limited: u64,
+}
+
+/// One row of the status matrix.
+#[derive(Debug, Serialize)]
+pub struct MatrixRow {
+    /// Actual status group.
+    pub actual: &'static str,
+    /// Predicted admitted.
+    pub admitted: u64,
+    /// Predicted rejected with 429.
+    pub rejected_429: u64,
+    /// Predicted rejected with 503.
+    pub rejected_503: u64,
+    /// Predicted forwarded, shadow-limited.
+    pub shadow_limited: u64,
+    /// Exempt path.
+    pub exempt: u64,
+}
+
+/// A client that would be limited.
+#[derive(Debug, Serialize)]
+pub struct LimitedClientRow {
+    /// Address as logged.
+    pub client: String,
+    /// Rejections.
+    pub rejected: u64,
+    /// Its class when rejected.
+    pub class: &'static str,
+}

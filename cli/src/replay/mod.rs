@@ -1,0 +1,328 @@
+//! `crawlguard replay`: what a configuration would have done to the traffic of a log.
+//!
+//! Every record becomes a request driven through the filter's own request machine
+//! (the worker, classification, verification with its verdict cache and
+//! callouts, the limits over the shared-store slot table, and the response path), with an
+//! in-memory store and a virtual clock read from the log: request `i` happens at
+//! `t0 + (ts_i - ts_0) / speed`. Verifier callouts are answered at once: from `--ranges`
+//! like the sidecar would ([`Offline`]), or, without it, `unknown` (claims stay
+//! `unverified_bot`, as when no verifier is reachable).
+//!
+//! Shadow mode (the global `mode`, or a limit's own `limits[].mode`) is replayed as it is:
+//! a request a shadow limit would have rejected is forwarded, and counted `shadow_limited`
+//! against that limit, as the filter counts it.
+//!
+//! Three settings are changed in the replayed copy of the configuration: `ratelimit_headers`
+//! is on, so each rejection names its limit (it changes no decision); `shedding` is off:
+//! shedding follows the origin's response times under the load the configuration lets
+//! through, which no log of other traffic can give, so a replay does not shed (and says so);
+//! and `fleet` is off: the log is decided by one Envoy holding each limit whole, which is
+//! what fleet mode approximates for the fleet's combined traffic (a replica that never
+//! synced decides the same), without the sync delays (said too).
+//! What else a log cannot tell is said in the output too: limits keyed by a request header
+//! see it missing, and cost-based limits settle every request at its reservation (the cost
+
+mod document;
+mod render;
+
+pub use document::{
+    ClassRow, LimitRow, LimitedClientRow, MatrixRow, ReplayJson, RouteRow, VerdictRow,
+};
+pub use render::render;
+
+use crate::host::{ReplayProxy, Request};
+use crate::logfmt::LogRecord;
+use crate::offline::{self, Offline, OfflineVerdict};
+use crate::report::Client;
+use crate::stats::Heavy;
+use crate::status::StatusBucket;
+use crawlguard::classify::Class;
+use crawlguard::config::{Config, Mode};
+use crawlguard::request::path_only;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::Ipv6Addr;
+
+/// Schema name and version of `replay --json`.
+pub const SCHEMA: &str = "crawlguard.replay/v1";
+
+/// The rejection share above which a verified-crawler class gets a warning.
+pub const CRAWLER_WARN_SHARE: f64 = 0.01;
+
+/// Admitted / rejected / shadow-limited counts.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct DecisionCounts {
+    /// Forwarded upstream, every matching limit passed (the filter's `allowed`).
+    pub admitted: u64,
+    /// Rejected by crawlguard (429 or 503; the filter's `limited`).
+    pub rejected: u64,
+    /// Forwarded, but a limit in shadow mode would have rejected it (the filter's
+    /// `shadow_limited`).
+    pub shadow_limited: u64,
+}
+
+impl DecisionCounts {
+    fn total(&self) -> u64 {
+        self.admitted + self.rejected + self.shadow_limited
+    }
+}
+
+/// Predicted decision columns of the status matrix.
+const PREDICTED: [&str; 5] = [
+    "admitted",
+    "rejected 429",
+    "rejected 503",
+    "shadow-limited",
+    "exempt",
+];
+/// A replay in progress.
+pub struct Replay {
+    proxy: ReplayProxy,
+    /// The configuration's global mode is shadow.
+    shadow: bool,
+    /// The configuration sheds load (`shedding.enabled`); not replayed.
+    shedding: bool,
+    /// The configuration syncs limits across a fleet (`fleet.enabled`); replayed as one
+    /// Envoy.
+    fleet: bool,
+    speed: f64,
+    offline: Option<Offline>,
+    first_ms: Option<i64>,
+    last_ms: i64,
+    last_ns: u64,
+    downstream: String,
+    limit_index: BTreeMap<String, usize>,
+    /// Per class ([`Class::index`]).
+    pub classes: [DecisionCounts; 8],
+    /// Per route index (`routes.len()` = `default`).
+    pub routes: Vec<DecisionCounts>,
+    /// Per limit: forwarded requests it applied to and did not object to, rejections it
+    /// caused, and requests it would have rejected in shadow mode.
+    pub limits: Vec<DecisionCounts>,
+    /// Exempt paths (never limited, no class).
+    pub exempt: u64,
+    /// Actual status (rows, by [`StatusBucket`]) x predicted decision (columns,
+    /// [`PREDICTED`]).
+    pub matrix: [[u64; 5]; StatusBucket::COUNT],
+    /// Clients by rejections.
+    pub limited_clients: Heavy<Client, Option<Class>>,
+    /// Verifier answers given, by bot and verdict.
+    pub verdicts: BTreeMap<(String, OfflineVerdict), u64>,
+    /// Upstream 429/503 the response path would have normalised.
+    pub normalised: u64,
+    /// Requests with no client address in the log.
+    pub no_client: u64,
+    /// Requests still waiting for a verdict after every callout was answered (should be 0).
+    pub unresolved: u64,
+    /// Records replayed.
+    pub requests: u64,
+}
+
+impl Replay {
+    /// A replay of `cfg` at `speed` (log seconds per replayed second, >= 1 compresses).
+    pub fn new(mut cfg: Config, speed: f64, offline: Option<Offline>) -> Replay {
+        let shadow = cfg.mode == Mode::Shadow;
+        let shedding = cfg.shedding.enabled;
+        cfg.ratelimit_headers = true;
+        cfg.shedding.enabled = false;
+        let fleet = cfg.fleet.enabled;
+        cfg.fleet.enabled = false;
+        let limit_index = cfg
+            .limits
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.name.clone(), i))
+            .collect();
+        let routes = vec![DecisionCounts::default(); cfg.routes.len() + 1];
+        let limits = vec![DecisionCounts::default(); cfg.limits.len()];
+        let proxy = ReplayProxy::new(cfg);
+        Replay {
+            proxy,
+            shadow,
+            shedding,
+            fleet,
+            speed: if speed.is_finite() && speed > 0.0 {
+                speed
+            } else {
+                1.0
+            },
+            offline,
+            first_ms: None,
+            last_ms: 0,
+            last_ns: 0,
+            downstream: String::new(),
+            limit_index,
+            classes: Default::default(),
+            routes,
+            limits,
+            exempt: 0,
+            matrix: [[0; 5]; StatusBucket::COUNT],
+            limited_clients: Heavy::new(crate::report::TALKER_CAPACITY),
+            verdicts: BTreeMap::new(),
+            normalised: 0,
+            no_client: 0,
+            unresolved: 0,
+            requests: 0,
+        }
+    }
+
+    /// The configuration being replayed (`ratelimit_headers` on, `shedding` and `fleet` off,
+    /// see the module docs).
+    pub fn config(&self) -> &Config {
+        &self.proxy.worker.cfg
+    }
+
+    /// The virtual time of a record at `ts_ms`, ns; never goes backwards.
+    fn clock(&mut self, ts_ms: i64) -> u64 {
+        let first = *self.first_ms.get_or_insert(ts_ms);
+        self.last_ms = self.last_ms.max(ts_ms);
+        let base = u64::try_from(first).unwrap_or(0).saturating_mul(1_000_000);
+        let off_ms = (ts_ms - first) as f64 / self.speed;
+        let now = base.saturating_add((off_ms.max(0.0) * 1e6) as u64);
+        self.last_ns = self.last_ns.max(now);
+        self.last_ns
+    }
+
+    /// Replays one record.
+    pub fn add(&mut self, r: &LogRecord<'_>) {
+        self.requests += 1;
+        let now = self.clock(r.ts_ms);
+        self.proxy.host.now_ns = now;
+        self.downstream.clear();
+        match r.client {
+            // An address as logged: the filter's own parser reads it (with or without a
+            // port, IPv4 or IPv6; anything it cannot parse is its "unknown client" key).
+            Some(c)
+                if c.iter()
+                    .all(|b| b.is_ascii_hexdigit() || b".:[]".contains(b)) =>
+            {
+                self.downstream
+                    .push_str(std::str::from_utf8(c).unwrap_or_default());
+            }
+            Some(c) => {
+                // A host name instead of an address: a distinct documentation-prefix
+                // address per name, so different clients keep different buckets.
+                let h = fnv(c);
+                let ip = Ipv6Addr::new(
+                    0x2001,
+                    0xdb8,
+                    (h >> 48) as u16,
+                    (h >> 32) as u16,
+                    (h >> 16) as u16,
+                    h as u16,
+                    0,
+                    1,
+                );
+                let _ = write!(self.downstream, "[{ip}]:0");
+            }
+            None => self.no_client += 1,
+        }
+        let req = Request {
+            path: r.path,
+            method: r.method,
+            ua: r.ua,
+            xff: r.xff,
+            downstream: (!self.downstream.is_empty()).then_some(self.downstream.as_bytes()),
+        };
+        let offline = &self.offline;
+        let verdicts = &mut self.verdicts;
+        let out = self.proxy.run(&req, r.status, &mut |path| {
+            let (body, bot, v) = offline::answer(offline.as_ref(), path);
+            *verdicts.entry((bot, v)).or_insert(0) += 1;
+            (200, body)
+        });
+        if out.unresolved {
+            self.unresolved += 1;
+        }
+        let row = StatusBucket::of(r.status).index();
+        let route = self.config().route_of(path_only(r.path));
+        let limit = out
+            .policy
+            .as_deref()
+            .and_then(|v| crate::logfmt::limit_name(v.as_bytes()))
+            .and_then(|n| std::str::from_utf8(n).ok())
+            .and_then(|n| self.limit_index.get(n).copied());
+        match (out.reply, out.class) {
+            (Some(status), class) => {
+                let class = class.unwrap_or(Class::Human);
+                if let Some(c) = self.classes.get_mut(class.index()) {
+                    c.rejected += 1;
+                }
+                if let Some(c) = self.routes.get_mut(route) {
+                    c.rejected += 1;
+                }
+                if let Some(c) = limit.and_then(|i| self.limits.get_mut(i)) {
+                    c.rejected += 1;
+                }
+                let col = if status == 503 { 2 } else { 1 };
+                self.bump(row, col);
+                self.limited_clients
+                    .add(&Client::from_log(r.client), |c| *c = Some(class));
+            }
+            (None, Some(class)) => {
+                let shadow = out.shadow_limit;
+                let tally = |c: &mut DecisionCounts| {
+                    if shadow.is_some() {
+                        c.shadow_limited += 1;
+                    } else {
+                        c.admitted += 1;
+                    }
+                };
+                if let Some(c) = self.classes.get_mut(class.index()) {
+                    tally(c);
+                }
+                if let Some(c) = self.routes.get_mut(route) {
+                    tally(c);
+                }
+                let cfg = &self.proxy.worker.cfg;
+                for (i, l) in cfg.limits.iter().enumerate() {
+                    let matches =
+                        l.class.is_none_or(|c| c == class) && l.route.is_none_or(|rt| rt == route);
+                    if let Some(c) = self.limits.get_mut(i).filter(|_| matches) {
+                        if shadow == Some(i) {
+                            c.shadow_limited += 1;
+                        } else {
+                            c.admitted += 1;
+                        }
+                    }
+                }
+                if shadow.is_some() {
+                    self.bump(row, 3);
+                    self.limited_clients
+                        .add(&Client::from_log(r.client), |c| *c = Some(class));
+                } else {
+                    self.bump(row, 0);
+                }
+                if out.normalised {
+                    self.normalised += 1;
+                }
+            }
+            (None, None) => {
+                self.exempt += 1;
+                self.bump(row, 4);
+            }
+        }
+    }
+
+    fn bump(&mut self, row: usize, col: usize) {
+        if let Some(c) = self.matrix.get_mut(row).and_then(|r| r.get_mut(col)) {
+            *c += 1;
+        }
+    }
+}
+
+fn share(n: u64, d: u64) -> f64 {
+    if d == 0 {
+        0.0
+    } else {
+        n as f64 / d as f64
+    }
+}
+
+/// FNV-1a, for mapping host names to stable addresses.
+fn fnv(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
