@@ -1,10 +1,10 @@
 //! Counters of one class, route or bot id, and who produced a rejection.
 
 use super::document::{GroupJson, OriginJson, ShareJson, StatusJson, TtfbJson};
-use crate::logfmt::{LogRecord, UpstreamReach};
+use crate::logfmt::{is_upstream_answer, LogRecord, UpstreamReach};
 use crate::stats::MsHist;
 use crate::status::StatusBucket;
-use crawlguard::respond::{DETAILS_LIMITED, DETAILS_NORMALISED, DETAILS_SHED};
+use crawlguard::respond::{DETAILS_LIMITED, DETAILS_SHED};
 
 /// Who produced a rejection (429/503).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,9 +43,7 @@ impl Origin {
         match r.details {
             Some(d) if d == DETAILS_LIMITED.as_bytes() => return Origin::Crawlguard,
             Some(d) if d == DETAILS_SHED.as_bytes() => return Origin::Shed,
-            Some(d) if d == DETAILS_NORMALISED.as_bytes() || d == b"via_upstream" => {
-                return Origin::Upstream
-            }
+            Some(d) if is_upstream_answer(d) => return Origin::Upstream,
             Some(_) => return Origin::OtherEnvoy,
             None => {}
         }
