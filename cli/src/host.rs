@@ -23,6 +23,16 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 
+/// The FNV-1a offset basis: the hash of no bytes.
+pub(crate) const FNV_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a of `bytes`, continuing from hash `h` ([`FNV_OFFSET_BASIS`] to start).
+pub(crate) fn fnv1a(h: u64, bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(h, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
 /// FNV-1a over the key bytes: shared-data keys are short (`cg:b:<slot>`), so a simple
 /// multiplicative hash beats SipHash here; the keys are the filter's, not an attacker's.
 #[derive(Default)]
@@ -34,15 +44,12 @@ impl Hasher for Fnv {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
+        let h = if self.0 == 0 {
+            FNV_OFFSET_BASIS
         } else {
             self.0
         };
-        for b in bytes {
-            h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
+        self.0 = fnv1a(h, bytes);
     }
 }
 
@@ -110,8 +117,6 @@ pub struct Req {
     pub reply: Option<u16>,
     /// The reply's `ratelimit-policy` header.
     pub policy: Option<String>,
-    /// Times resumed.
-    pub resumed: u32,
 }
 
 /// The [`Host`] of a replay.
@@ -122,16 +127,11 @@ pub struct ReplayHost {
     class_header: String,
     /// The current request.
     pub req: Req,
-    current: ContextId,
     /// Counter and gauge values by metric id.
     metrics: Vec<u64>,
     /// Callouts dispatched and not answered yet: (token, path).
     pub callouts: Vec<(u32, String)>,
     next_token: u32,
-}
-
-fn one(v: &Option<Vec<u8>>) -> Option<Vec<u8>> {
-    v.clone()
 }
 
 impl Host for ReplayHost {
@@ -147,9 +147,9 @@ impl Host for ReplayHost {
         match name {
             ":path" => Some(self.req.path.clone()),
             ":method" => Some(self.req.method.clone()),
-            "user-agent" => one(&self.req.ua),
-            "x-forwarded-for" => one(&self.req.xff),
-            n if n == self.class_header => one(&self.req.class),
+            "user-agent" => self.req.ua.clone(),
+            "x-forwarded-for" => self.req.xff.clone(),
+            n if n == self.class_header => self.req.class.clone(),
             _ => None,
         }
     }
@@ -165,7 +165,7 @@ impl Host for ReplayHost {
     }
 
     fn downstream_address(&mut self) -> Option<Vec<u8>> {
-        one(&self.req.downstream)
+        self.req.downstream.clone()
     }
 
     fn response_header(&mut self, name: &str) -> Option<Vec<u8>> {
@@ -192,7 +192,6 @@ impl Host for ReplayHost {
     }
 
     fn resume_request(&mut self) -> Result<(), HostError> {
-        self.req.resumed += 1;
         Ok(())
     }
 
@@ -224,7 +223,6 @@ impl Host for ReplayHost {
 
     fn switch_to(&mut self, context: ContextId) -> Result<(), HostError> {
         if context == self.req.ctx || context == ROOT {
-            self.current = context;
             Ok(())
         } else {
             Err(HostError(2))
@@ -285,7 +283,6 @@ impl ReplayProxy {
             store: Store::default(),
             class_header,
             req: Req::default(),
-            current: ROOT,
             metrics: vec![0; names.len()],
             callouts: Vec::new(),
             next_token: 0,
@@ -329,8 +326,6 @@ impl ReplayProxy {
         set_opt(&mut q.downstream, r.downstream);
         q.reply = None;
         q.policy = None;
-        q.resumed = 0;
-        self.host.current = ctx;
         let state = Rc::new(RefCell::new(RequestState::default()));
         let step = state.borrow_mut().on_request_headers(
             Rc::downgrade(&state),
@@ -342,7 +337,6 @@ impl ReplayProxy {
             // Paused for a verdict: the root dispatches the callout, the answer comes back
             // at once (same virtual instant) and resumes the request.
             for _ in 0..4 {
-                self.host.current = ROOT;
                 self.worker.on_wake(&mut self.host);
                 if self.host.callouts.is_empty() {
                     break;
@@ -350,7 +344,6 @@ impl ReplayProxy {
                 for (token, path) in std::mem::take(&mut self.host.callouts) {
                     let (st, body) = answer(&path);
                     let st = st.to_string();
-                    self.host.current = ROOT;
                     self.worker.on_callout_response(
                         &mut self.host,
                         token,
@@ -394,7 +387,6 @@ impl ReplayProxy {
                 b'0' + (s / 10 % 10) as u8,
                 b'0' + (s % 10) as u8,
             ];
-            self.host.current = ctx;
             state
                 .borrow_mut()
                 .on_response_headers(&self.worker, &mut self.host, true);
@@ -404,7 +396,6 @@ impl ReplayProxy {
         // (changing no tokens) and stops counting toward its key's `cost.max_in_flight`,
         // as in Envoy; each logged request has ended before the next.
         if forwarded {
-            self.host.current = ctx;
             state
                 .borrow_mut()
                 .on_stream_end(&self.worker, &mut self.host);

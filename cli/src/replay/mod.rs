@@ -30,7 +30,7 @@ pub use document::{
 };
 pub use render::render;
 
-use crate::host::{ReplayProxy, Request};
+use crate::host::{fnv1a, ReplayProxy, Request, FNV_OFFSET_BASIS};
 use crate::logfmt::LogRecord;
 use crate::offline::{self, Offline, OfflineVerdict};
 use crate::report::Client;
@@ -203,7 +203,7 @@ impl Replay {
             Some(c) => {
                 // A host name instead of an address: a distinct documentation-prefix
                 // address per name, so different clients keep different buckets.
-                let h = fnv(c);
+                let h = fnv1a(FNV_OFFSET_BASIS, c);
                 let ip = Ipv6Addr::new(
                     0x2001,
                     0xdb8,
@@ -318,11 +318,4 @@ fn share(n: u64, d: u64) -> f64 {
     } else {
         n as f64 / d as f64
     }
-}
-
-/// FNV-1a, for mapping host names to stable addresses.
-fn fnv(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
-        (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
