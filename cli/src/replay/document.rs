@@ -1,7 +1,7 @@
 //! The `replay --json` document (schema [`SCHEMA`]): its types, and how a finished
 //! [`Replay`] fills them.
 
-use super::{share, Replay, CRAWLER_WARN_SHARE, SCHEMA};
+use super::{share, Prediction, Replay, CRAWLER_WARN_SHARE, SCHEMA};
 use crate::status::StatusBucket;
 use crate::time;
 use crawlguard::classify::Class;
@@ -121,13 +121,16 @@ impl Replay {
             status_vs_prediction: StatusBucket::ALL
                 .iter()
                 .zip(&self.matrix)
-                .map(|(a, row)| MatrixRow {
-                    actual: a.as_str(),
-                    admitted: row[0],
-                    rejected_429: row[1],
-                    rejected_503: row[2],
-                    shadow_limited: row[3],
-                    exempt: row[4],
+                .map(|(a, row)| {
+                    let n = |p: Prediction| row.get(p.index()).copied().unwrap_or(0);
+                    MatrixRow {
+                        actual: a.as_str(),
+                        admitted: n(Prediction::Admitted),
+                        rejected_429: n(Prediction::Rejected429),
+                        rejected_503: n(Prediction::Rejected503),
+                        shadow_limited: n(Prediction::ShadowLimited),
+                        exempt: n(Prediction::Exempt),
+                    }
                 })
                 .collect(),
             normalised_upstream: self.normalised,

@@ -68,14 +68,52 @@ impl DecisionCounts {
     }
 }
 
-/// Predicted decision columns of the status matrix.
-const PREDICTED: [&str; 5] = [
-    "admitted",
-    "rejected 429",
-    "rejected 503",
-    "shadow-limited",
-    "exempt",
-];
+/// What the configuration would have done with a request: the columns of the status
+/// matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prediction {
+    /// Forwarded, every matching limit passed.
+    Admitted,
+    /// Rejected with 429.
+    Rejected429,
+    /// Rejected with 503.
+    Rejected503,
+    /// Forwarded, but a limit in shadow mode would have rejected it.
+    ShadowLimited,
+    /// An exempt path.
+    Exempt,
+}
+
+impl Prediction {
+    /// Number of predictions (the length of a matrix row).
+    pub const COUNT: usize = 5;
+
+    /// Every prediction, in column order.
+    pub const ALL: [Prediction; Prediction::COUNT] = [
+        Prediction::Admitted,
+        Prediction::Rejected429,
+        Prediction::Rejected503,
+        Prediction::ShadowLimited,
+        Prediction::Exempt,
+    ];
+
+    /// Column of a matrix row.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Column header in text output.
+    pub fn label(self) -> &'static str {
+        match self {
+            Prediction::Admitted => "admitted",
+            Prediction::Rejected429 => "rejected 429",
+            Prediction::Rejected503 => "rejected 503",
+            Prediction::ShadowLimited => "shadow-limited",
+            Prediction::Exempt => "exempt",
+        }
+    }
+}
+
 /// A replay in progress.
 pub struct Replay {
     proxy: ReplayProxy,
@@ -102,9 +140,9 @@ pub struct Replay {
     pub limits: Vec<DecisionCounts>,
     /// Exempt paths (never limited, no class).
     pub exempt: u64,
-    /// Actual status (rows, by [`StatusBucket`]) x predicted decision (columns,
-    /// [`PREDICTED`]).
-    pub matrix: [[u64; 5]; StatusBucket::COUNT],
+    /// Actual status (rows, by [`StatusBucket`]) x predicted decision (columns, by
+    /// [`Prediction`]).
+    pub matrix: [[u64; Prediction::COUNT]; StatusBucket::COUNT],
     /// Clients by rejections.
     pub limited_clients: Heavy<Client, Option<Class>>,
     /// Verifier answers given, by bot and verdict.
@@ -157,7 +195,7 @@ impl Replay {
             routes,
             limits,
             exempt: 0,
-            matrix: [[0; 5]; StatusBucket::COUNT],
+            matrix: [[0; Prediction::COUNT]; StatusBucket::COUNT],
             limited_clients: Heavy::new(crate::report::TALKER_CAPACITY),
             verdicts: BTreeMap::new(),
             normalised: 0,
@@ -235,7 +273,7 @@ impl Replay {
         if out.unresolved {
             self.unresolved += 1;
         }
-        let row = StatusBucket::of(r.status).index();
+        let row = StatusBucket::of(r.status);
         let route = self.config().route_of(path_only(r.path));
         let limit = out
             .policy
@@ -255,7 +293,11 @@ impl Replay {
                 if let Some(c) = limit.and_then(|i| self.limits.get_mut(i)) {
                     c.rejected += 1;
                 }
-                let col = if status == 503 { 2 } else { 1 };
+                let col = if status == 503 {
+                    Prediction::Rejected503
+                } else {
+                    Prediction::Rejected429
+                };
                 self.bump(row, col);
                 self.limited_clients
                     .add(&Client::from_log(r.client), |c| *c = Some(class));
@@ -288,11 +330,11 @@ impl Replay {
                     }
                 }
                 if shadow.is_some() {
-                    self.bump(row, 3);
+                    self.bump(row, Prediction::ShadowLimited);
                     self.limited_clients
                         .add(&Client::from_log(r.client), |c| *c = Some(class));
                 } else {
-                    self.bump(row, 0);
+                    self.bump(row, Prediction::Admitted);
                 }
                 if out.normalised {
                     self.normalised += 1;
@@ -300,13 +342,17 @@ impl Replay {
             }
             (None, None) => {
                 self.exempt += 1;
-                self.bump(row, 4);
+                self.bump(row, Prediction::Exempt);
             }
         }
     }
 
-    fn bump(&mut self, row: usize, col: usize) {
-        if let Some(c) = self.matrix.get_mut(row).and_then(|r| r.get_mut(col)) {
+    fn bump(&mut self, actual: StatusBucket, predicted: Prediction) {
+        let cell = self
+            .matrix
+            .get_mut(actual.index())
+            .and_then(|r| r.get_mut(predicted.index()));
+        if let Some(c) = cell {
             *c += 1;
         }
     }

@@ -1,6 +1,6 @@
 //! `replay` without `--json`: the document as aligned text.
 
-use super::{share, ReplayJson, PREDICTED};
+use super::{share, Prediction, ReplayJson};
 use crate::table::{pct, TextTable};
 
 /// The replay as aligned text.
@@ -135,11 +135,10 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
     }
     out += &t.render();
     out += "\nactual status (log) x predicted decision (this configuration)\n";
-    let predicted = PREDICTED
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| any_shadow || *i != 3)
-        .map(|(_, p)| *p);
+    let predicted = Prediction::ALL
+        .into_iter()
+        .filter(|p| any_shadow || *p != Prediction::ShadowLimited)
+        .map(Prediction::label);
     let mut t = TextTable::new(["actual"].into_iter().chain(predicted));
     for m in &j.status_vs_prediction {
         if m.admitted + m.rejected_429 + m.rejected_503 + m.shadow_limited + m.exempt == 0 {
