@@ -72,6 +72,15 @@ impl TextTable {
     }
 }
 
+/// `n / d` as a share (0..1), 0 when `d` is 0.
+pub fn share(n: u64, d: u64) -> f64 {
+    if d == 0 {
+        0.0
+    } else {
+        n as f64 / d as f64
+    }
+}
+
 /// A share (0..1) as a percentage with one decimal, `-` for 0 requests handled by callers.
 pub fn pct(share: f64) -> String {
     format!("{:.1}%", share * 100.0)

@@ -1,11 +1,13 @@
 //! The `replay --json` document (schema [`SCHEMA`]): its types, and how a finished
 //! [`Replay`] fills them.
 
-use super::{share, Prediction, Replay, CRAWLER_WARN_SHARE, SCHEMA};
+use super::{Prediction, Replay, CRAWLER_WARN_SHARE, SCHEMA};
+use crate::check::mode_name;
 use crate::status::StatusBucket;
+use crate::table::share;
 use crate::time;
 use crawlguard::classify::Class;
-use crawlguard::config::{KeyKind, Mode};
+use crawlguard::config::KeyKind;
 use serde::Serialize;
 
 impl Replay {
@@ -52,7 +54,7 @@ impl Replay {
             .collect();
         ReplayJson {
             schema: SCHEMA,
-            mode: if self.shadow { "shadow" } else { "enforce" },
+            mode: mode_name(cfg.mode),
             speed: self.speed,
             requests: self.requests,
             first: self.first_ms.map(time::fmt_ms),
@@ -110,7 +112,7 @@ impl Replay {
                     },
                     rate_per_s: l.rate_per_s,
                     burst: l.burst,
-                    mode: mode_str(l.mode),
+                    mode: mode_name(l.mode),
                     cost_reserve: l.cost.as_ref().map(|c| c.reserve),
                     admitted: c.admitted,
                     rejected: c.rejected,
@@ -168,13 +170,6 @@ impl Replay {
             unresolved: self.unresolved,
             warnings,
         }
-    }
-}
-
-fn mode_str(m: Mode) -> &'static str {
-    match m {
-        Mode::Enforce => "enforce",
-        Mode::Shadow => "shadow",
     }
 }
 

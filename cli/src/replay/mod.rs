@@ -37,7 +37,7 @@ use crate::report::Client;
 use crate::stats::Heavy;
 use crate::status::StatusBucket;
 use crawlguard::classify::Class;
-use crawlguard::config::{Config, Mode};
+use crawlguard::config::Config;
 use crawlguard::request::path_only;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -117,8 +117,6 @@ impl Prediction {
 /// A replay in progress.
 pub struct Replay {
     proxy: ReplayProxy,
-    /// The configuration's global mode is shadow.
-    shadow: bool,
     /// The configuration sheds load (`shedding.enabled`); not replayed.
     shedding: bool,
     /// The configuration syncs limits across a fleet (`fleet.enabled`); replayed as one
@@ -160,7 +158,6 @@ pub struct Replay {
 impl Replay {
     /// A replay of `cfg` at `speed` (log seconds per replayed second, >= 1 compresses).
     pub fn new(mut cfg: Config, speed: f64, offline: Option<Offline>) -> Replay {
-        let shadow = cfg.mode == Mode::Shadow;
         let shedding = cfg.shedding.enabled;
         cfg.ratelimit_headers = true;
         cfg.shedding.enabled = false;
@@ -177,7 +174,6 @@ impl Replay {
         let proxy = ReplayProxy::new(cfg);
         Replay {
             proxy,
-            shadow,
             shedding,
             fleet,
             speed: if speed.is_finite() && speed > 0.0 {
@@ -355,13 +351,5 @@ impl Replay {
         if let Some(c) = cell {
             *c += 1;
         }
-    }
-}
-
-fn share(n: u64, d: u64) -> f64 {
-    if d == 0 {
-        0.0
-    } else {
-        n as f64 / d as f64
     }
 }

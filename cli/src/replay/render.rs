@@ -1,7 +1,7 @@
 //! `replay` without `--json`: the document as aligned text.
 
-use super::{share, Prediction, ReplayJson};
-use crate::table::{pct, TextTable};
+use super::{Prediction, ReplayJson};
+use crate::table::{pct, share, TextTable};
 
 /// The replay as aligned text.
 pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {

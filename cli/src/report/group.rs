@@ -4,6 +4,7 @@ use super::document::{GroupJson, OriginJson, ShareJson, StatusJson, TtfbJson};
 use crate::logfmt::{is_upstream_answer, LogRecord, UpstreamReach};
 use crate::stats::MsHist;
 use crate::status::StatusBucket;
+use crate::table::share;
 use crawlguard::respond::{DETAILS_LIMITED, DETAILS_SHED};
 
 /// Who produced a rejection (429/503).
@@ -89,7 +90,7 @@ impl Group {
     pub(super) fn json(&self) -> GroupJson {
         let s = |b: StatusBucket| self.status.get(b.index()).copied().unwrap_or(0);
         let o = |i: usize| self.origin.get(i).copied().unwrap_or(0);
-        let share = |n: u64| ratio(n, self.requests);
+        let share = |n: u64| share(n, self.requests);
         GroupJson {
             requests: self.requests,
             status: StatusJson {
@@ -121,13 +122,5 @@ impl Group {
                 p99: self.ttfb.percentile(99.0),
             },
         }
-    }
-}
-
-fn ratio(n: u64, d: u64) -> f64 {
-    if d == 0 {
-        0.0
-    } else {
-        n as f64 / d as f64
     }
 }
