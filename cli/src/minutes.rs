@@ -30,6 +30,19 @@ impl Minute {
         self.s429.iter().map(|v| u64::from(*v)).sum()
     }
 
+    /// Adds `o`'s counts to this row's (saturating).
+    fn merge(&mut self, o: &Minute) {
+        for (a, b) in [
+            (&mut self.requests, &o.requests),
+            (&mut self.rejected, &o.rejected),
+            (&mut self.s429, &o.s429),
+        ] {
+            for (x, y) in a.iter_mut().zip(b) {
+                *x = x.saturating_add(*y);
+            }
+        }
+    }
+
     /// Requests, all classes.
     pub fn total_requests(&self) -> u64 {
         self.requests.iter().map(|v| u64::from(*v)).sum()
@@ -68,16 +81,7 @@ impl Minutes {
         };
         self.watermark = Some(self.watermark.map_or(k, |w| w.max(k)));
         // A minute split by a late record: its parts add up in the retired row.
-        let row = self.retired.entry(k).or_default();
-        for (a, b) in [
-            (&mut row.requests, &m.requests),
-            (&mut row.rejected, &m.rejected),
-            (&mut row.s429, &m.s429),
-        ] {
-            for (x, y) in a.iter_mut().zip(b) {
-                *x = x.saturating_add(*y);
-            }
-        }
+        self.retired.entry(k).or_default().merge(&m);
         let keep: Vec<i64> = top(&self.retired, TOP_MINUTES, Minute::total_429)
             .into_iter()
             .chain(top(&self.retired, TOP_MINUTES, Minute::total_requests))
@@ -102,16 +106,7 @@ impl Minutes {
         let mut all = self.live.clone();
         for (k, m) in &self.retired {
             // Only when split: the live part of a retired minute adds to it.
-            let row = all.entry(*k).or_default();
-            for (a, b) in [
-                (&mut row.requests, &m.requests),
-                (&mut row.rejected, &m.rejected),
-                (&mut row.s429, &m.s429),
-            ] {
-                for (x, y) in a.iter_mut().zip(b) {
-                    *x = x.saturating_add(*y);
-                }
-            }
+            all.entry(*k).or_default().merge(m);
         }
         top(&all, n.min(TOP_MINUTES), key)
     }
