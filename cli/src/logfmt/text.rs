@@ -52,6 +52,16 @@ fn split_request(req: &[u8]) -> (&[u8], &[u8]) {
     (method, path)
 }
 
+/// A record at `ts` of the request line `req` (`METHOD path [PROTO]`) answered `status`.
+fn of_request_line(ts: i64, req: &[u8], status: u16) -> LogRecord<'_> {
+    let (method, path) = split_request(req);
+    let mut r = LogRecord::new(ts);
+    r.method = method;
+    r.path = path;
+    r.status = status;
+    r
+}
+
 /// A quoted field at the start of `s` (`"..."`, backslash escapes skipped): (content, rest
 /// after the closing quote). `None` if unterminated.
 fn quoted(s: &[u8]) -> Option<(&[u8], &[u8])> {
@@ -93,12 +103,8 @@ pub fn parse_combined(line: &[u8]) -> Option<LogRecord<'_>> {
     let (_bytes, rest) = token(rest);
     let (_referer, rest) = quoted(rest)?;
     let (ua, tail) = quoted(rest.trim_ascii_start())?;
-    let (method, path) = split_request(req);
-    let mut r = LogRecord::new(ts);
+    let mut r = of_request_line(ts, req, status);
     r.client = opt(host);
-    r.method = method;
-    r.path = path;
-    r.status = status;
     r.ua = opt(ua);
     let tail = tail.trim_ascii();
     if !tail.is_empty() {
@@ -160,11 +166,7 @@ pub fn parse_envoy_default(line: &[u8]) -> Option<LogRecord<'_>> {
     if !rest.trim_ascii().is_empty() {
         return None;
     }
-    let (method, path) = split_request(req);
-    let mut r = LogRecord::new(ts);
-    r.method = method;
-    r.path = path;
-    r.status = status;
+    let mut r = of_request_line(ts, req, status);
     r.flags = opt(flags);
     r.duration_ms = num_u32(dur);
     r.upstream_ms = num_u32(up);
@@ -192,12 +194,8 @@ pub fn parse_crawlguard(line: &[u8]) -> Option<LogRecord<'_>> {
     if details.contains(&b'=') || details.starts_with(b"\"") {
         return None;
     }
-    let (method, path) = split_request(req);
-    let mut r = LogRecord::new(ts);
+    let mut r = of_request_line(ts, req, status);
     r.client = opt(addr);
-    r.method = method;
-    r.path = path;
-    r.status = status;
     r.details = opt(details);
     let mut saw_ua = false;
     let mut saw_upstream_ms = false;
