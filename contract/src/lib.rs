@@ -5,6 +5,8 @@
 //!   [`verify::Answer`] (the HTTP API: `sidecar/README.md`).
 //! - [`fleet`]: the fleet-sync contract, `POST /v1/fleet/sync` (bucket consumption in,
 //!   fleet-wide bucket state out).
+//! - [`ranges`]: the published-ranges contract, `GET /v1/ranges` (the IP ranges the sidecar
+//!   verifies bots by, so the filter decides those claims itself) and its lookup table.
 //! - [`bot_id`]: what a bot id may look like.
 //! - [`cloud_zones`]: reverse-DNS zones anyone can rent a machine under, never FCrDNS proof.
 //! - [`catalog`]: the built-in bot catalog, a data file (`catalog/bots.json`) embedded at build
@@ -18,4 +20,5 @@ pub mod bot_id;
 pub mod catalog;
 pub mod cloud_zones;
 pub mod fleet;
+pub mod ranges;
 pub mod verify;

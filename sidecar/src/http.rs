@@ -1,5 +1,6 @@
 //! The HTTP API: `GET /v1/verify` (`200` with an answer, `400` for a bad query, `503` when
-//! DNS gave no definite answer: [`crate::verify::VerifyError`]), `GET /healthz`, `GET /metrics`, and fleet mode's
+//! DNS gave no definite answer: [`crate::verify::VerifyError`]), `GET /v1/ranges` (the
+//! ranges in use, `crawlguard_contract::ranges`), `GET /healthz`, `GET /metrics`, and fleet mode's
 //! `POST /v1/fleet/sync` ([`crate::fleet`], merged in by [`router_with_fleet`]).
 
 use std::net::IpAddr;
@@ -17,6 +18,7 @@ use crate::fleet::Fleet;
 use crate::resolver::Resolve;
 use crate::verify::Verifier;
 use crawlguard_contract::bot_id::is_valid_bot_id;
+use crawlguard_contract::ranges::{generation_text, PATH as RANGES_PATH};
 use crawlguard_contract::verify::PATH as VERIFY_PATH;
 
 /// Query parameters of `/v1/verify`. Both optional here so a missing one gets our own JSON
@@ -70,6 +72,43 @@ async fn verify<R: Resolve>(
     }
 }
 
+/// Query parameters of `/v1/ranges`.
+#[derive(Debug, Deserialize)]
+pub struct RangesParams {
+    since: Option<String>,
+}
+
+/// `GET /v1/ranges[?since=<generation>]`: `304` when `since` (or `if-none-match`) names the
+/// current generation, else `200` with the document and its `etag`. A bad query string is
+/// read as no `since` (the full document is always a correct answer).
+async fn ranges<R: Resolve>(
+    State(verifier): State<Arc<Verifier<R>>>,
+    params: Result<Query<RangesParams>, QueryRejection>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let (generation, body) = verifier.published_ranges();
+    let current = generation_text(generation);
+    let etag = format!("\"{current}\"");
+    let since = params.ok().and_then(|Query(p)| p.since);
+    let if_none_match = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok());
+    if since.as_deref() == Some(current.as_str()) || if_none_match == Some(etag.as_str()) {
+        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
+    }
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                "text/plain; charset=utf-8".to_string(),
+            ),
+            (header::ETAG, etag),
+        ],
+        body,
+    )
+        .into_response()
+}
+
 /// Keeps error messages short whatever the client sent.
 fn truncate(s: &str) -> String {
     s.chars().take(64).collect()
@@ -102,6 +141,7 @@ async fn not_found() -> Response {
 pub fn router<R: Resolve>(verifier: Arc<Verifier<R>>) -> Router {
     Router::new()
         .route(VERIFY_PATH, get(verify::<R>))
+        .route(RANGES_PATH, get(ranges::<R>))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics::<R>))
         .fallback(not_found)

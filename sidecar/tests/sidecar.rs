@@ -740,6 +740,100 @@ async fn range_files_verify_and_reload() {
 }
 
 #[tokio::test]
+async fn published_ranges_follow_the_range_files_with_304_for_an_unchanged_generation() {
+    use crawlguard_contract::ranges::{parse, OutOfRange};
+    let dir = tempfile::tempdir().unwrap();
+    let ranges = dir.path().join("gptbot.json");
+    replace_file(
+        &ranges,
+        r#"{"prefixes": [{"ipv4Prefix": "127.0.77.0/24"}]}"#,
+    );
+    let googlebot = shared_data("google-crawler-ips/googlebot.json");
+    let config = dir.path().join("verifier.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[bots]]\nid = \"gptbot\"\nranges = [\"gptbot.json\"]\n\
+             [[bots]]\nid = \"googlebot\"\nranges = [{:?}]\n",
+            googlebot.display().to_string()
+        ),
+    )
+    .unwrap();
+    let sc = start_sidecar(
+        dir.path(),
+        &[
+            "--config".into(),
+            config.display().to_string(),
+            "--reload-interval-s".into(),
+            "1".into(),
+            "--nameserver".into(),
+            "127.0.0.1:9".into(),
+        ],
+    )
+    .await;
+    let get = |q: String, inm: Option<String>| {
+        let mut r = sc.http.get(format!("{}/v1/ranges{q}", sc.base));
+        if let Some(v) = inm {
+            r = r.header("if-none-match", v);
+        }
+        async move {
+            let r = r.send().await.expect("request");
+            let etag = r
+                .headers()
+                .get("etag")
+                .and_then(|v| v.to_str().ok())
+                .map(String::from);
+            (r.status().as_u16(), etag, r.text().await.unwrap())
+        }
+    };
+    let (status, etag, body) = get(String::new(), None).await;
+    assert_eq!(status, 200);
+    let table = parse(body.as_bytes()).expect("a valid document");
+    assert_eq!(etag, Some(format!("\"{}\"", table.generation)));
+    assert_eq!(table.prefixes(), 169 + 146 + 1);
+    let bots: Vec<(&str, OutOfRange, u32)> = table
+        .bots
+        .iter()
+        .map(|b| (b.id.as_str(), b.out_of_range, b.set))
+        .collect();
+    assert_eq!(
+        bots,
+        [
+            ("googlebot", OutOfRange::Fcrdns, 0),
+            ("gptbot", OutOfRange::Spoofed, 1)
+        ]
+    );
+    let g = table.generation.clone();
+    assert_eq!(get(format!("?since={g}"), None).await.0, 304);
+    assert_eq!(get(String::new(), Some(format!("\"{g}\""))).await.0, 304);
+    assert_eq!(get("?since=0000000000000001".into(), None).await.0, 200);
+    assert_eq!(get("?since=%zz".into(), None).await.0, 200);
+
+    // A changed file gives a new generation and the new set.
+    replace_file(&ranges, r#"{"prefixes":[{"ipv4Prefix":"127.0.88.0/24"}]}"#);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let next = loop {
+        let (status, _, body) = get(format!("?since={g}"), None).await;
+        if status == 200 {
+            break parse(body.as_bytes()).expect("a valid document");
+        }
+        assert!(Instant::now() < deadline, "the new range file never showed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_ne!(next.generation, g);
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    use crawlguard_contract::verify::Verdict;
+    assert_eq!(
+        next.verdict(ip("127.0.88.1"), "gptbot"),
+        Some(Verdict::Verified)
+    );
+    assert_eq!(
+        next.verdict(ip("127.0.77.1"), "gptbot"),
+        Some(Verdict::Spoofed)
+    );
+}
+
+#[tokio::test]
 async fn bad_requests_get_400_with_json_error() {
     let dir = tempfile::tempdir().unwrap();
     let sc = start_sidecar(dir.path(), &["--nameserver".into(), "127.0.0.1:9".into()]).await;
