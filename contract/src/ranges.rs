@@ -59,7 +59,7 @@ pub const VERSION: u32 = 1;
 const MAGIC: &str = "crawlguard-ranges";
 
 /// Largest document a reader accepts, bytes (Google's and OpenAI's published files, 1,782
-/// prefixes in the copies in `shared/data`, render to about 36 KB).
+/// prefixes in the copies in `shared/data`, render to 34 KB).
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
 /// Most prefixes (both families, all sets) a reader accepts (9 times those 1,782).
