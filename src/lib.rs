@@ -7,7 +7,7 @@
 //! `wasm_host.rs` (the `Host` over the proxy-wasm ABI) are wasm-specific.
 //!
 //! In the order a request meets them: [`client_ip`], [`classify`] (the matcher over the
-//! [`catalog`], giving a [`class`]), [`verification`] ([`verdict_cache`], [`flights`],
+//! [`catalog`], giving a [`class`]), [`verification`] ([`ranges`], [`verdict_cache`], [`flights`],
 //! [`verify`]), [`shedding`] ([`origin_health`], [`top_clients`]), [`limiter`] ([`bucket`], [`escalation`],
 //! [`store`], [`slot_table`], [`local_store`], [`lease`], and in fleet mode [`fleet`]), [`respond`], and
 //! on the way back [`rewrite`]; [`metrics`] counts it all; [`config`] is parsed once per
@@ -35,6 +35,7 @@ pub mod limiter;
 pub mod local_store;
 pub mod metrics;
 pub mod origin_health;
+pub mod ranges;
 pub mod request;
 pub mod respond;
 pub mod rewrite;

@@ -141,11 +141,22 @@ pub enum VerifyEvent {
     /// `spoofed` without a callout: the client's prefix already produced
     /// `verifier.max_spoofed_per_prefix` spoofed verdicts.
     PrefixSpoofed,
+    /// `verified` without a callout: inside the bot's published ranges ([`crate::ranges`]).
+    RangeVerified,
+    /// `spoofed` without a callout: outside the published ranges of a bot without FCrDNS.
+    RangeSpoofed,
+    /// A fetch of the published ranges brought a new document, now in use.
+    RangesUpdated,
+    /// A fetch of the published ranges answered `304`: the ones in use are current.
+    RangesNotModified,
+    /// A fetch of the published ranges failed (no answer, another status, an oversize or
+    /// malformed document), or a stored one did not parse; the ranges in use stay.
+    RangesError,
 }
 
 impl VerifyEvent {
     /// Every event, in definition order.
-    pub const ALL: [VerifyEvent; 9] = [
+    pub const ALL: [VerifyEvent; 14] = [
         VerifyEvent::Verified,
         VerifyEvent::Spoofed,
         VerifyEvent::Unknown,
@@ -155,6 +166,11 @@ impl VerifyEvent {
         VerifyEvent::InFlight,
         VerifyEvent::Stale,
         VerifyEvent::PrefixSpoofed,
+        VerifyEvent::RangeVerified,
+        VerifyEvent::RangeSpoofed,
+        VerifyEvent::RangesUpdated,
+        VerifyEvent::RangesNotModified,
+        VerifyEvent::RangesError,
     ];
 
     /// The counter suffix.
@@ -169,6 +185,11 @@ impl VerifyEvent {
             VerifyEvent::InFlight => "in_flight",
             VerifyEvent::Stale => "stale",
             VerifyEvent::PrefixSpoofed => "prefix_spoofed",
+            VerifyEvent::RangeVerified => "range_verified",
+            VerifyEvent::RangeSpoofed => "range_spoofed",
+            VerifyEvent::RangesUpdated => "ranges_updated",
+            VerifyEvent::RangesNotModified => "ranges_not_modified",
+            VerifyEvent::RangesError => "ranges_error",
         }
     }
 }
@@ -493,7 +514,7 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 8 * 10 + 1 + 2 + 4 + 9 + 5 + 2 + 1);
+        assert_eq!(n.len(), 8 * 10 + 1 + 2 + 4 + 14 + 5 + 2 + 1);
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
         assert_eq!(n[4], "crawlguard.class.search_crawler.malformed");
         assert_eq!(n[5], "crawlguard.class.search_crawler.retry_after_ignored");

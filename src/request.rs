@@ -603,6 +603,20 @@ fn verify_claim(
     let Some(ip) = facts.client_ip else {
         return Some(Class::UnverifiedBot);
     };
+    // The sidecar's published ranges decide range-verifiable claims here, no callout.
+    let by_ranges = w
+        .ranges
+        .try_borrow()
+        .ok()
+        .and_then(|r| r.verdict(ip, bot_id));
+    if let Some(v) = by_ranges {
+        let event = match v {
+            crate::verify::Verdict::Verified => crate::metrics::VerifyEvent::RangeVerified,
+            _ => crate::metrics::VerifyEvent::RangeSpoofed,
+        };
+        w.count_verify(host, event);
+        return Some(crate::verify::class_for(v, bot_class));
+    }
     let prefix = facts.client_prefix.unwrap_or(ip);
     let (fp, prefix_fp) = match w.limiter.try_borrow() {
         Ok(l) => (

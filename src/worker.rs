@@ -11,6 +11,7 @@ use crate::host::Host;
 use crate::limiter::Limiter;
 use crate::metrics::{Metrics, VerifyEvent, STATS_FLUSH_MS};
 use crate::origin_health::{self, Counts, Window};
+use crate::ranges::{self, RangesState};
 use crate::request::{self, Handle};
 use crate::shedding;
 use crate::verdict_cache::VerdictCache;
@@ -72,6 +73,8 @@ pub struct Worker {
     last_shedding_ns: Cell<Option<u64>>,
     /// Fleet mode: the sync in flight, degraded time, warnings.
     pub fleet_sync: RefCell<SyncState>,
+    /// The sidecar's published ranges in use and their fetch ([`crate::ranges`]).
+    pub ranges: RefCell<RangesState>,
     /// A root wake-up is already queued (one is enough for any number of new flights).
     wake_pending: Cell<bool>,
     /// State of the jitter generator (xorshift64*; seeded per worker).
@@ -97,6 +100,7 @@ impl Worker {
             shed_levels: RefCell::new(vec![0; routes]),
             last_shedding_ns: Cell::new(None),
             fleet_sync: RefCell::new(SyncState::default()),
+            ranges: RefCell::new(RangesState::default()),
             wake_pending: Cell::new(false),
             // Never 0 (xorshift's fixed point).
             rng: Cell::new(seed | 1),
@@ -164,9 +168,16 @@ impl Worker {
     }
 
     /// Most body bytes to read for the answer to callout `token`: a fleet sync's answer
-    /// is larger than a verdict.
+    /// is larger than a verdict, published ranges larger still (one byte over their bound,
+    /// so that an oversize answer is refused, never read truncated).
     pub fn callout_body_limit(&self, token: u32) -> usize {
         if self
+            .ranges
+            .try_borrow()
+            .is_ok_and(|r| r.is_in_flight(token))
+        {
+            crawlguard_contract::ranges::MAX_BODY_BYTES + 1
+        } else if self
             .fleet_sync
             .try_borrow()
             .is_ok_and(|s| s.is_in_flight(token))
@@ -189,6 +200,13 @@ impl Worker {
         let now = host.now_ns().unwrap_or(0);
         if fleet::on_response(self, host, token, status, body, now) {
             return;
+        }
+        if self
+            .ranges
+            .try_borrow()
+            .is_ok_and(|r| r.is_in_flight(token))
+        {
+            return ranges::on_response(self, host, status, body);
         }
         let resumed = verification::on_callout_response(self, host, token, status, body, now);
         self.resume(host, resumed);
@@ -356,6 +374,7 @@ impl Worker {
             if self.cfg.fleet.enabled {
                 fleet::tick(self, host, now, tick_ns);
             }
+            ranges::tick(self, host, now);
             // Half a tick of slack: timers fire a little early or late.
             let second_due = self.last_shedding_ns.get().is_none_or(|t| {
                 now.saturating_add(tick_ns / 2) >= t.saturating_add(u64::from(TICK_MS) * 1_000_000)

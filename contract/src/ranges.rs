@@ -150,11 +150,8 @@ impl Ranges {
     /// it: `Verified` inside the bot's set, `Spoofed` outside it for a bot without FCrDNS;
     /// `None` for a bot not listed or one that FCrDNS decides outside its set.
     pub fn verdict(&self, ip: IpAddr, bot: &str) -> Option<Verdict> {
-        let i = self
-            .bots
-            .binary_search_by(|b| b.id.as_str().cmp(bot))
-            .ok()?;
-        let b = self.bots.get(i)?;
+        // A scan: a few dozen ids, most of another length.
+        let b = self.bots.iter().find(|b| b.id == bot)?;
         let set = self.sets.get(usize::try_from(b.set).ok()?)?;
         if contains(set, ip) {
             Some(Verdict::Verified)
@@ -196,6 +193,18 @@ fn split(s: &[u8], at: fn(&u8) -> bool) -> std::slice::Split<'_, u8, fn(&u8) -> 
     s.split(at)
 }
 
+/// A decimal number of at most 9 digits.
+#[inline(never)]
+fn number(b: &[u8]) -> Option<u32> {
+    if b.is_empty() || b.len() > 9 {
+        return None;
+    }
+    b.iter().try_fold(0u32, |n, d| {
+        d.is_ascii_digit().then(|| n * 10 + u32::from(d - b'0'))
+    })
+}
+
+#[inline(never)]
 fn text(b: &[u8]) -> &str {
     std::str::from_utf8(b).unwrap_or_default()
 }
@@ -203,10 +212,11 @@ fn text(b: &[u8]) -> &str {
 /// Parses a prefix token into its interval of [`key`]s; `None` for a bad one, or an IPv6
 /// prefix over IPv4-mapped addresses (the sidecar never looks IPv4 clients up in IPv6
 /// prefixes).
+#[inline(never)]
 fn parse_prefix(token: &[u8]) -> Option<(u128, u128)> {
     let slash = token.iter().position(|b| *b == b'/')?;
     let ip = text(token.get(..slash)?).parse::<IpAddr>().ok()?;
-    let mut len: u32 = text(token.get(slash + 1..)?).parse().ok()?;
+    let mut len = number(token.get(slash + 1..)?)?;
     if ip.is_ipv4() {
         len = len.checked_add(96).filter(|l| *l <= 128)?;
     }
@@ -226,11 +236,12 @@ pub fn generation_of(body: &[u8]) -> Result<&str, &'static str> {
     let rest = body
         .strip_prefix(b"crawlguard-ranges 1 ")
         .ok_or("not a version 1 ranges document")?;
-    rest.get(..16)
-        .filter(|g| g.iter().all(u8::is_ascii_hexdigit))
-        .filter(|_| matches!(rest.get(16), Some(b'\n' | b' ')))
-        .map(text)
-        .ok_or("bad generation")
+    let g = text(rest.get(..16).unwrap_or_default());
+    let ends = matches!(rest.get(16), Some(b'\n' | b' '));
+    match u64::from_str_radix(g, 16) {
+        Ok(_) if ends && !g.starts_with('+') => Ok(g),
+        _ => Err("bad generation"),
+    }
 }
 
 /// Parses a document (see the module docs for the rules and the compatibility rule). The
@@ -272,9 +283,7 @@ pub fn parse(body: &[u8]) -> Result<Ranges, &'static str> {
                     b"spoofed" => OutOfRange::Spoofed,
                     _ => OutOfRange::Fcrdns,
                 };
-                let set = text(t.next().unwrap_or_default())
-                    .parse::<u32>()
-                    .ok()
+                let set = number(t.next().unwrap_or_default())
                     .filter(|s| usize::try_from(*s).is_ok_and(|s| s < r.sets.len()))
                     .ok_or("bad set index")?;
                 r.bots.push(BotRanges {

@@ -409,6 +409,9 @@ fn compile_verifier(v: &VerifierConfig) -> Result<(), ConfigError> {
     if v.max_spoofed_per_prefix > 1_000 {
         return Err(err("verifier.max_spoofed_per_prefix", "must be 0..=1000"));
     }
+    if v.ranges_refresh_s > 86_400 {
+        return Err(err("verifier.ranges_refresh_s", "must be 0..=86400"));
+    }
 
     Ok(())
 }

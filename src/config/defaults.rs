@@ -149,6 +149,7 @@ impl Default for VerifierConfig {
             error_ttl_s: 10,
             stale_if_error_s: 86_400,
             max_spoofed_per_prefix: 4,
+            ranges_refresh_s: 60,
         }
     }
 }

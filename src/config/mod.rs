@@ -264,6 +264,10 @@ pub struct VerifierConfig {
     /// spoofed verdict expires; also the most callouts in flight per prefix and worker.
     /// 0 = no limit. Default 4.
     pub max_spoofed_per_prefix: u32,
+    /// How often this Envoy fetches the sidecar's published ranges (`GET /v1/ranges`), s
+    /// (0..=86400; 0: never, every claim goes to the sidecar). Claims of bots the sidecar
+    /// verifies by ranges are then decided without a callout ([`crate::ranges`]).
+    pub ranges_refresh_s: u32,
 }
 
 /// How a replica limits while its fleet syncs fail (`fleet.degraded_share`).
