@@ -91,5 +91,73 @@ fn record_response(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, classify, decide_allow, record_response);
+/// A claim decided by the sidecar's published ranges (issue 20 item 13: a binary search of
+/// Google's 315 prefixes, the set of the 1,773 real ones that Googlebot uses) against the
+/// same claim as a verdict-cache hit (a shared-data read of the claim's slot, in memory
+/// here; in Envoy a host call besides).
+fn verify_lookup(c: &mut Criterion) {
+    use crawlguard_contract::ranges::{parse, render, OutOfRange};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data");
+    let mut sets = Vec::new();
+    for f in [
+        "google-crawler-ips/googlebot.json",
+        "google-crawler-ips/googlesc.json",
+        "google-crawler-ips/googleutf.json",
+        "openai-crawler-ips/gptbot.json",
+    ] {
+        let text = std::fs::read_to_string(root.join(f)).expect("shared data");
+        let set: Vec<(std::net::IpAddr, u8)> = text
+            .split('"')
+            .filter_map(|t| t.split_once('/'))
+            .filter_map(|(a, l)| Some((a.parse().ok()?, l.parse().ok()?)))
+            .collect();
+        sets.push(set);
+    }
+    let mut bots: Vec<(String, OutOfRange, usize)> = crawlguard::catalog::builtin_catalog()
+        .iter()
+        .filter(|b| b.verify)
+        .map(|b| (b.id.clone(), OutOfRange::Fcrdns, 0))
+        .collect();
+    bots.retain(|b| b.0 != "gptbot");
+    bots.push(("gptbot".into(), OutOfRange::Spoofed, 3));
+    let table = parse(render(&sets, &bots).1.as_bytes()).expect("own document");
+    let ip: std::net::IpAddr = "66.249.66.1".parse().expect("ip");
+    assert_eq!(
+        table.verdict(ip, "googlebot"),
+        Some(crawlguard::verify::Verdict::Verified)
+    );
+    c.bench_function("verify/published_ranges_hit", |b| {
+        b.iter(|| black_box(table.verdict(black_box(ip), black_box("googlebot"))))
+    });
+    let cache = crawlguard::verdict_cache::VerdictCache::new(8_192, 8);
+    let store = MemStore::default();
+    cache.precreate(&store).expect("precreate");
+    let now = 1_700_000_000 * NS_PER_S;
+    let fp = 0x1234_5678_9abc_def0;
+    let _ = cache.put_verdict(
+        &store,
+        fp,
+        crawlguard::verify::Verdict::Verified,
+        now,
+        now + 3_600 * NS_PER_S,
+        0,
+    );
+    c.bench_function("verify/verdict_cache_hit_mem_store", |b| {
+        b.iter(|| {
+            black_box(
+                cache
+                    .claim(&store, black_box(fp), now)
+                    .and_then(|e| e.fresh(now)),
+            )
+        })
+    });
+}
+
+criterion_group!(
+    benches,
+    classify,
+    decide_allow,
+    record_response,
+    verify_lookup
+);
 criterion_main!(benches);
