@@ -7,133 +7,30 @@
 //! per-worker fallback ([`LocalStore`]) decides with the same limit. Both are reached through
 //! the one [`StateStore`] seam, with the bucket math ([`bucket::take`]) passed in.
 
-use crate::bucket::{self, BucketState, Take};
+use crate::bucket::{self, Take};
 use crate::class::Class;
 use crate::config::Config;
 use crate::config::{ClassPolicy, Limit};
-use crate::cost::CostState;
-use crate::escalation::{Compliance, Visit};
+use crate::escalation::Visit;
 use crate::fleet::{self, FleetBuckets};
 use crate::lease::{self, Lease, Leases};
 use crate::local_store::{LocalPlace, LocalStore};
 use crate::respond;
-use crate::slot_table::{
-    read_u64, write_u64, SharedSlots, SlotRef, SlotTable, SlotValue, CANDIDATES,
-};
+use crate::slot_table::{SharedSlots, SlotRef, SlotTable, CANDIDATES};
 use crate::store::{SharedData, StateKey, StateStore, StoreFault, PUBLISHED_HASH_SEED};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::IpAddr;
 
 pub use crate::limit_decision::{decide, key_values, KeyPart, MAX_KEY_VALUES};
+pub use key_state::KeyState;
+pub(crate) use reservation::ClientFlight;
+pub use reservation::Reservation;
+
+mod key_state;
+mod reservation;
 
 /// Shared-data key prefix of bucket slots.
 pub const BUCKET_PREFIX: &str = "cg:b:";
-
-/// What one limit key keeps: its bucket, and what it was told (Retry-After compliance and
-/// escalation, [`crate::escalation`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct KeyState {
-    /// The token bucket.
-    pub bucket: BucketState,
-    /// Retry-After compliance and escalation.
-    pub compliance: Compliance,
-    /// A cost-based limit's reservations in flight and learned cost.
-    pub cost: CostState,
-}
-
-/// A key's state in a slot: `tat_ns`, `last_ns`, `told_until_ns`, `penalty_until_ns`,
-/// `forget_at_ns` (8 each), `ignored` (2), `level` (1), the told class (1: 0 for none, else
-/// its [`Class::index`] + 1), the cost state's `in_flight` (1), `in_flight_prev` (1),
-/// `epoch_s` (4) and `last_cost` (4), little-endian, after the table's version and owner (63
-/// bytes in all).
-impl SlotValue for KeyState {
-    const LEN: usize = 54;
-    const VERSION: u8 = 5;
-
-    fn encode(&self, out: &mut [u8]) {
-        let c = &self.compliance;
-        write_u64(out, 0, self.bucket.tat_ns);
-        write_u64(out, 8, self.bucket.last_ns);
-        write_u64(out, 16, c.told_until_ns);
-        write_u64(out, 24, c.penalty_until_ns);
-        write_u64(out, 32, c.forget_at_ns);
-        if let Some(d) = out.get_mut(40..42) {
-            d.copy_from_slice(&c.ignored.to_le_bytes());
-        }
-        if let Some(d) = out.get_mut(42) {
-            *d = c.level;
-        }
-        if let Some(d) = out.get_mut(43) {
-            // At most Class::ALL.len() (8): fits.
-            *d = c.class.map_or(0, |k| k.index() as u8 + 1);
-        }
-        if let Some(d) = out.get_mut(44) {
-            *d = self.cost.in_flight;
-        }
-        if let Some(d) = out.get_mut(45) {
-            *d = self.cost.in_flight_prev;
-        }
-        if let Some(d) = out.get_mut(46..50) {
-            d.copy_from_slice(&self.cost.epoch_s.to_le_bytes());
-        }
-        if let Some(d) = out.get_mut(50..54) {
-            d.copy_from_slice(&self.cost.last_cost.to_le_bytes());
-        }
-    }
-
-    fn decode(b: &[u8]) -> Option<Self> {
-        Some(KeyState {
-            bucket: BucketState {
-                tat_ns: read_u64(b, 0)?,
-                last_ns: read_u64(b, 8)?,
-            },
-            compliance: Compliance {
-                told_until_ns: read_u64(b, 16)?,
-                penalty_until_ns: read_u64(b, 24)?,
-                forget_at_ns: read_u64(b, 32)?,
-                ignored: u16::from_le_bytes(b.get(40..42)?.try_into().ok()?),
-                level: *b.get(42)?,
-                class: match *b.get(43)? {
-                    0 => None,
-                    n => Some(*Class::ALL.get(usize::from(n) - 1)?),
-                },
-            },
-            cost: CostState {
-                in_flight: *b.get(44)?,
-                in_flight_prev: *b.get(45)?,
-                epoch_s: u32::from_le_bytes(b.get(46..50)?.try_into().ok()?),
-                last_cost: u32::from_le_bytes(b.get(50..54)?.try_into().ok()?),
-            },
-        })
-    }
-
-    /// A key whose bucket is full again and that remembers nothing carries no information
-    /// (rank 0); any other ranks 1, so a key never takes another key's active state.
-    fn rank(&self, now_ns: u64) -> u8 {
-        u8::from(
-            !(bucket::is_full(self.bucket, now_ns)
-                && self.compliance.is_idle(now_ns)
-                && self.cost.is_idle(now_ns)),
-        )
-    }
-
-    fn free_at_ns(&self) -> u64 {
-        self.bucket
-            .tat_ns
-            .max(self.compliance.idle_at_ns())
-            .max(self.cost.idle_at_ns())
-    }
-
-    /// A shared value keeps no Retry-After compliance (a penalty belongs to one client,
-    /// [`crate::escalation`]) and no flights ([`CostState::shared`]).
-    fn shared(&self) -> Self {
-        KeyState {
-            bucket: self.bucket,
-            compliance: Compliance::default(),
-            cost: self.cost.shared(),
-        }
-    }
-}
 
 /// What the limit decision needs to know about a request, derived once from its headers
 /// (`request::Facts`).
@@ -223,32 +120,6 @@ impl StoreEvents {
             StoreFault::Corrupt => self.corrupt += 1,
         }
     }
-}
-
-/// A cost-based reservation of a forwarded request, settled when its response arrives
-/// ([`Limiter::settle`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reservation {
-    /// Index of the limit in [`Config::limits`].
-    pub limit: usize,
-    /// Tokens reserved.
-    pub reserved: u32,
-    pub(crate) key: StateKey,
-    pub(crate) at: Placed,
-    /// The flight epoch the reservation counts in, in its own key's state
-    /// ([`CostState::take`]; 0: not counted there).
-    pub(crate) flight_epoch_s: u32,
-    /// The client address's place in flight, for a limit not keyed by the address.
-    pub(crate) flight: Option<ClientFlight>,
-}
-
-/// A client address's place in flight under a cost-based limit keyed otherwise
-/// ([`Limiter::take_flight`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ClientFlight {
-    key: StateKey,
-    at: Placed,
-    epoch_s: u32,
 }
 
 /// The result of checking one request against the limits.
@@ -655,64 +526,6 @@ impl Limiter {
         }
     }
 
-    /// Takes one of a client address's `max_in_flight` places under a cost-based limit not
-    /// keyed by the address (`key`: the address's flight key): `None` when all are taken.
-    pub(crate) fn take_flight(
-        &mut self,
-        store: &dyn SharedData,
-        key: StateKey,
-        now_ns: u64,
-        max_in_flight: u8,
-        events: &mut StoreEvents,
-    ) -> Option<ClientFlight> {
-        // The result type of a charge, so that both share the store code.
-        let ((taken, _), at) = self.update(store, key, now_ns, events, &mut |s| {
-            let mut st = s.unwrap_or_default();
-            if !st.cost.has_room(now_ns, max_in_flight) {
-                let full = Charged::Limited {
-                    retry_after_s: 0,
-                    escalated: false,
-                };
-                return ((full, Visit::Unremarkable), None);
-            }
-            let flight_epoch_s = st.cost.take(now_ns);
-            let taken = Charged::Allowed {
-                tokens: 0,
-                flight_epoch_s,
-            };
-            ((taken, Visit::Unremarkable), Some(st))
-        })?;
-        match taken {
-            Charged::Allowed { flight_epoch_s, .. } => Some(ClientFlight {
-                key,
-                at,
-                epoch_s: flight_epoch_s,
-            }),
-            Charged::Limited { .. } => None,
-        }
-    }
-
-    /// Gives a place taken by [`Limiter::take_flight`] back (best effort: a lost one is
-    /// forgotten with its epoch).
-    pub(crate) fn end_client_flight(
-        &mut self,
-        store: &dyn SharedData,
-        f: ClientFlight,
-        now_ns: u64,
-    ) {
-        // A reservation of nothing in the flight key's state: ending it changes only the
-        // count (that key's bucket is never charged).
-        let r = Reservation {
-            limit: 0,
-            reserved: 0,
-            key: f.key,
-            at: f.at,
-            flight_epoch_s: f.epoch_s,
-            flight: None,
-        };
-        self.end_flight(store, &r, bucket::Rate::new(1.0, 1), 0, None, now_ns);
-    }
-
     /// Gives back `n` tokens where `charge` took them (best effort: a lost refund only errs
     /// on the strict side).
     pub(crate) fn refund(
@@ -723,33 +536,43 @@ impl Limiter {
         rate: bucket::Rate,
         n: u32,
     ) {
-        let back = |s: KeyState| KeyState {
+        if at == Placed::Lease {
+            // Back into the lease; if it was given back meanwhile, the token is lost (strict).
+            self.leases.unspend(key, limit_idx);
+            return;
+        }
+        self.change_at(store, key, at, &mut |s| KeyState {
             bucket: bucket::refund_n(s.bucket, rate, n),
             ..s
-        };
+        });
+    }
+
+    /// Changes `key`'s state with `f` where a charge put it, only if the slot is still
+    /// `key`'s (best effort: every caller gives something back or ends a flight, and a lost
+    /// change errs on the strict side or is forgotten with its epoch). A lease holds no
+    /// state: nothing to change. `dyn`: one copy of the store code for every caller.
+    pub(crate) fn change_at(
+        &mut self,
+        store: &dyn SharedData,
+        key: StateKey,
+        at: Placed,
+        f: &mut dyn FnMut(KeyState) -> KeyState,
+    ) {
         let _ = match at {
             Placed::Shared(at) => SharedSlots {
                 table: &self.buckets,
                 store,
             }
-            .replace_at(key, at, back),
-            Placed::Local(at) => self.fallback.replace_at(key, at, back),
-            // Back into the lease; if it was given back meanwhile, the token is lost (strict).
-            Placed::Lease => {
-                self.leases.unspend(key, limit_idx);
-                Ok(())
-            }
+            .replace_at(key, at, f),
+            Placed::Local(at) => self.fallback.replace_at(key, at, f),
+            Placed::Lease => Ok(()),
         };
     }
 
     /// Gives a lease's unspent tokens back to its bucket (best effort: a lost give-back only
     /// errs on the strict side, and a bucket whose slot was taken over was full again).
     fn give_back(&mut self, store: &dyn SharedData, l: Lease) {
-        let _ = SharedSlots {
-            table: &self.buckets,
-            store,
-        }
-        .replace_at(l.key, l.at, |s| KeyState {
+        self.change_at(store, l.key, Placed::Shared(l.at), &mut |s| KeyState {
             bucket: bucket::refund_n(s.bucket, l.rate, l.tokens),
             ..s
         });
@@ -766,70 +589,6 @@ impl Limiter {
     /// Tokens this worker holds in leases.
     pub fn leased_tokens(&self) -> u64 {
         self.leases.tokens()
-    }
-
-    /// Settles a cost reservation at the `actual` cost the origin reported (`None`: missing
-    /// or invalid, settles at the reservation): gives back what was reserved too much, or
-    /// charges the extra (the bucket may go into debt), and ends the reservation's flight,
-    /// remembering a reported cost for the key's next reservation ([`crate::cost`]).
-    pub fn settle(
-        &mut self,
-        cfg: &Config,
-        store: &dyn SharedData,
-        r: &Reservation,
-        actual: Option<u32>,
-        now_ns: u64,
-    ) {
-        let Some(limit) = cfg.limits.get(r.limit) else {
-            return;
-        };
-        let charge = actual.unwrap_or(r.reserved);
-        if let Some(f) = self.fleet.as_mut() {
-            if charge > r.reserved {
-                f.ledger
-                    .record(r.key, r.limit, u64::from(charge - r.reserved));
-            } else if charge < r.reserved {
-                f.ledger.unrecord(r.key.fp, u64::from(r.reserved - charge));
-            }
-        }
-        let rate = self.local_rate(limit.rate);
-        self.end_flight(store, r, rate, charge, actual, now_ns);
-    }
-
-    /// Changes the reservation `r` to `charge` tokens and ends its flight, learning
-    /// `learned` (a rejected request gives everything back and teaches nothing).
-    pub(crate) fn end_flight(
-        &mut self,
-        store: &dyn SharedData,
-        r: &Reservation,
-        rate: bucket::Rate,
-        charge: u32,
-        learned: Option<u32>,
-        now_ns: u64,
-    ) {
-        let change = |s: KeyState| {
-            let bucket = if charge >= r.reserved {
-                bucket::charge_debt(s.bucket, now_ns, rate, charge - r.reserved)
-            } else {
-                bucket::refund_n(s.bucket, rate, r.reserved - charge)
-            };
-            let mut cost = s.cost;
-            cost.settle(now_ns, r.flight_epoch_s, learned);
-            KeyState { bucket, cost, ..s }
-        };
-        let _ = match r.at {
-            Placed::Shared(at) => SharedSlots {
-                table: &self.buckets,
-                store,
-            }
-            .replace_at(r.key, at, change),
-            Placed::Local(at) => self.fallback.replace_at(r.key, at, change),
-            // Cost-based limits are never leased.
-            Placed::Lease => Ok(()),
-        };
-        if let Some(f) = r.flight {
-            self.end_client_flight(store, f, now_ns);
-        }
     }
 }
 

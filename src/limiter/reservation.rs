@@ -1,0 +1,144 @@
+//! A cost-based limit's reservations: a client address's places in flight, and settling a
+//! reservation when its response (or its stream's end) reports the cost ([`crate::cost`]).
+
+use super::{Charged, KeyState};
+use super::{Limiter, Placed, StoreEvents};
+use crate::bucket;
+use crate::config::Config;
+use crate::escalation::Visit;
+use crate::store::{SharedData, StateKey};
+
+/// A cost-based reservation of a forwarded request, settled when its response arrives
+/// ([`Limiter::settle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    /// Index of the limit in [`Config::limits`].
+    pub limit: usize,
+    /// Tokens reserved.
+    pub reserved: u32,
+    pub(crate) key: StateKey,
+    pub(crate) at: Placed,
+    /// The flight epoch the reservation counts in, in its own key's state
+    /// ([`CostState::take`]; 0: not counted there).
+    pub(crate) flight_epoch_s: u32,
+    /// The client address's place in flight, for a limit not keyed by the address.
+    pub(crate) flight: Option<ClientFlight>,
+}
+
+/// A client address's place in flight under a cost-based limit keyed otherwise
+/// ([`Limiter::take_flight`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClientFlight {
+    key: StateKey,
+    at: Placed,
+    epoch_s: u32,
+}
+
+impl Limiter {
+    /// Takes one of a client address's `max_in_flight` places under a cost-based limit not
+    /// keyed by the address (`key`: the address's flight key): `None` when all are taken.
+    pub(crate) fn take_flight(
+        &mut self,
+        store: &dyn SharedData,
+        key: StateKey,
+        now_ns: u64,
+        max_in_flight: u8,
+        events: &mut StoreEvents,
+    ) -> Option<ClientFlight> {
+        // The result type of a charge, so that both share the store code.
+        let ((taken, _), at) = self.update(store, key, now_ns, events, &mut |s| {
+            let mut st = s.unwrap_or_default();
+            if !st.cost.has_room(now_ns, max_in_flight) {
+                let full = Charged::Limited {
+                    retry_after_s: 0,
+                    escalated: false,
+                };
+                return ((full, Visit::Unremarkable), None);
+            }
+            let flight_epoch_s = st.cost.take(now_ns);
+            let taken = Charged::Allowed {
+                tokens: 0,
+                flight_epoch_s,
+            };
+            ((taken, Visit::Unremarkable), Some(st))
+        })?;
+        match taken {
+            Charged::Allowed { flight_epoch_s, .. } => Some(ClientFlight {
+                key,
+                at,
+                epoch_s: flight_epoch_s,
+            }),
+            Charged::Limited { .. } => None,
+        }
+    }
+
+    /// Gives a place taken by [`Limiter::take_flight`] back (best effort: a lost one is
+    /// forgotten with its epoch).
+    pub(crate) fn end_client_flight(
+        &mut self,
+        store: &dyn SharedData,
+        f: ClientFlight,
+        now_ns: u64,
+    ) {
+        self.change_at(store, f.key, f.at, &mut |s| {
+            let mut cost = s.cost;
+            cost.settle(now_ns, f.epoch_s, None);
+            KeyState { cost, ..s }
+        });
+    }
+
+    /// Settles a cost reservation at the `actual` cost the origin reported (`None`: missing
+    /// or invalid, settles at the reservation): gives back what was reserved too much, or
+    /// charges the extra (the bucket may go into debt), and ends the reservation's flight,
+    /// remembering a reported cost for the key's next reservation ([`crate::cost`]).
+    pub fn settle(
+        &mut self,
+        cfg: &Config,
+        store: &dyn SharedData,
+        r: &Reservation,
+        actual: Option<u32>,
+        now_ns: u64,
+    ) {
+        let Some(limit) = cfg.limits.get(r.limit) else {
+            return;
+        };
+        let charge = actual.unwrap_or(r.reserved);
+        if let Some(f) = self.fleet.as_mut() {
+            if charge > r.reserved {
+                f.ledger
+                    .record(r.key, r.limit, u64::from(charge - r.reserved));
+            } else if charge < r.reserved {
+                f.ledger.unrecord(r.key.fp, u64::from(r.reserved - charge));
+            }
+        }
+        let rate = self.local_rate(limit.rate);
+        self.end_flight(store, r, rate, charge, actual, now_ns);
+    }
+
+    /// Changes the reservation `r` to `charge` tokens and ends its flight, learning
+    /// `learned` (a rejected request gives everything back and teaches nothing).
+    pub(crate) fn end_flight(
+        &mut self,
+        store: &dyn SharedData,
+        r: &Reservation,
+        rate: bucket::Rate,
+        charge: u32,
+        learned: Option<u32>,
+        now_ns: u64,
+    ) {
+        // Cost-based limits are never leased: `r.at` is never a lease.
+        self.change_at(store, r.key, r.at, &mut |s| {
+            let bucket = if charge >= r.reserved {
+                bucket::charge_debt(s.bucket, now_ns, rate, charge - r.reserved)
+            } else {
+                bucket::refund_n(s.bucket, rate, r.reserved - charge)
+            };
+            let mut cost = s.cost;
+            cost.settle(now_ns, r.flight_epoch_s, learned);
+            KeyState { bucket, cost, ..s }
+        });
+        if let Some(f) = r.flight {
+            self.end_client_flight(store, f, now_ns);
+        }
+    }
+}
