@@ -12,6 +12,7 @@
 //! `warnings.rs` what is valid but probably not meant (logged at load); `error.rs` the
 //! error type.
 
+mod classes;
 mod compile;
 mod defaults;
 mod error;
