@@ -77,7 +77,11 @@ fn refresh_asks_with_the_generation_and_garbage_keeps_the_ranges() {
     p.answer(c.token, Some("304"), "");
     assert_eq!(p.counter("crawlguard.verify.ranges_not_modified"), 1);
     let big = "x".repeat(crawlguard_contract::ranges::MAX_BODY_BYTES + 1);
+    // A sidecar gone wrong: ranges covering every address would verify every claimant.
+    let everything = "crawlguard-ranges 1 00000000000000ff\nset 0.0.0.0/0 2000::/3\n\
+                      bot googlebot fcrdns 0\nend\n";
     for (status, body) in [
+        (Some("200"), everything),
         (Some("200"), "{\"prefixes\":[]}"),
         (Some("200"), &doc()[..40]),
         (Some("200"), big.as_str()),
@@ -90,10 +94,12 @@ fn refresh_asks_with_the_generation_and_garbage_keeps_the_ranges() {
         assert!(c.path.starts_with("/v1/ranges"));
         p.answer(c.token, status, body);
     }
-    assert_eq!(p.counter("crawlguard.verify.ranges_error"), 5);
+    assert_eq!(p.counter("crawlguard.verify.ranges_error"), 6);
     let (ctx, step) = p.get("/", GOOGLEBOT, "66.249.64.7:4000");
     assert_eq!(step, Step::Continue);
     assert_eq!(p.class_of(ctx).as_deref(), Some("search_crawler"));
+    // Outside the ranges in use, Googlebot is still the sidecar's to decide.
+    assert_eq!(p.get("/", GOOGLEBOT, "198.51.100.7:4000").1, Step::Pause);
 }
 
 #[test]

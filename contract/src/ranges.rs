@@ -19,7 +19,7 @@
 //!   the rest of the document (the same ranges give the same generation, also after a
 //!   sidecar restart).
 //! - each `set` line is the prefixes of one bot's loaded range sources together
-//!   (`<address>/<length>`, host bits clear), numbered 0, 1, ... in order; bots with the
+//!   (`<address>/<length>`, host bits clear, at least [`MIN_PREFIX_LEN`] bits), numbered 0, 1, ... in order; bots with the
 //!   same sources share a set. Ascending and disjoint (each prefix starts after the
 //!   previous one ends) in the IPv6 address space, an IPv4 prefix `a.b.c.d/n` taken as
 //!   `::ffff:a.b.c.d/(96+n)` (so IPv4 prefixes come before the usual IPv6 ones); the
@@ -64,6 +64,21 @@ pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
 /// Most prefixes (both families, all sets) a reader accepts (9 times those 1,782).
 pub const MAX_PREFIXES: usize = 16_384;
+
+/// Shortest prefix a range set may hold, bits, IPv4 and IPv6: no crawler vendor publishes
+/// wider blocks (the widest in the published files in `shared/data` are /24 and /64), and
+/// one wider (a typo, `0.0.0.0/0`, a compromised source) would verify every claimant. The
+/// sidecar refuses a range file holding one, and a reader a document holding one.
+pub const MIN_PREFIX_LEN: (u8, u8) = (8, 16);
+
+/// True when a prefix of `len` bits is long enough for a range set ([`MIN_PREFIX_LEN`]).
+pub fn is_plausible_prefix_len(ipv4: bool, len: u8) -> bool {
+    len >= if ipv4 {
+        MIN_PREFIX_LEN.0
+    } else {
+        MIN_PREFIX_LEN.1
+    }
+}
 
 /// The request target: `/v1/ranges`, or `/v1/ranges?since=<generation>` when the caller
 /// holds a document of that generation.
@@ -209,14 +224,18 @@ fn text(b: &[u8]) -> &str {
     std::str::from_utf8(b).unwrap_or_default()
 }
 
-/// Parses a prefix token into its interval of [`key`]s; `None` for a bad one, or an IPv6
-/// prefix over IPv4-mapped addresses (the sidecar never looks IPv4 clients up in IPv6
-/// prefixes).
+/// Parses a prefix token into its interval of [`key`]s; `None` for a bad one: host bits
+/// set (the writer clears them: a sidecar that mixed up address and length must not widen
+/// a range), shorter than [`MIN_PREFIX_LEN`], or an IPv6 prefix over IPv4-mapped addresses
+/// (the sidecar never looks IPv4 clients up in IPv6 prefixes).
 #[inline(never)]
 fn parse_prefix(token: &[u8]) -> Option<(u128, u128)> {
     let slash = token.iter().position(|b| *b == b'/')?;
     let ip = text(token.get(..slash)?).parse::<IpAddr>().ok()?;
     let mut len = number(token.get(slash + 1..)?)?;
+    if !is_plausible_prefix_len(ip.is_ipv4(), u8::try_from(len).unwrap_or(u8::MAX)) {
+        return None;
+    }
     if ip.is_ipv4() {
         len = len.checked_add(96).filter(|l| *l <= 128)?;
     }
@@ -224,7 +243,10 @@ fn parse_prefix(token: &[u8]) -> Option<(u128, u128)> {
         return None;
     }
     let host = u128::MAX.checked_shr(len).unwrap_or(0);
-    let first = key(ip) & !host;
+    if key(ip) & host != 0 {
+        return None;
+    }
+    let first = key(ip);
     let last = first | host;
     let over_mapped = first <= MAPPED.1 && last >= MAPPED.0;
     (ip.is_ipv4() || !over_mapped).then_some((first, last))
@@ -328,11 +350,15 @@ pub fn render(sets: &[Vec<Prefix>], bots: &[(String, OutOfRange, usize)]) -> (u6
             })
             .collect();
         ivs.sort();
-        // An IPv6 prefix over IPv4-mapped addresses cannot be published (a reader refuses
-        // it): the set's bots are left out, so the sidecar decides them.
-        let over_mapped = ivs.iter().any(|&(first, std::cmp::Reverse(last), net, _)| {
-            net.is_ipv6() && first <= MAPPED.1 && last >= MAPPED.0
-        });
+        // An IPv6 prefix over IPv4-mapped addresses, or one shorter than MIN_PREFIX_LEN,
+        // cannot be published (a reader refuses it): the set's bots are left out, so the
+        // sidecar decides them.
+        let over_mapped = ivs
+            .iter()
+            .any(|&(first, std::cmp::Reverse(last), net, len)| {
+                (net.is_ipv6() && first <= MAPPED.1 && last >= MAPPED.0)
+                    || !is_plausible_prefix_len(net.is_ipv4(), len)
+            });
         unpublishable.push(over_mapped);
         rest.push_str("set");
         let mut last: Option<u128> = None;
@@ -524,6 +550,14 @@ mod tests {
             (format!("{h}{set}"), "no end line (truncated)"),
             (format!("{h}{set}en"), "no end line (truncated)"),
             (format!("{h}set 10.0.0.0/33\nend\n"), "bad prefix"),
+            // Wider than a vendor publishes (hostile review: these made every claimant of
+            // googlebot verified), and host bits set (`66.249.66.1/0` read as everything).
+            (format!("{h}set 0.0.0.0/0 2000::/3\nend\n"), "bad prefix"),
+            (format!("{h}set 10.0.0.0/7\nend\n"), "bad prefix"),
+            (format!("{h}set 2000::/15\nend\n"), "bad prefix"),
+            (format!("{h}set 66.249.66.1/0\nend\n"), "bad prefix"),
+            (format!("{h}set 66.249.66.1/24\nend\n"), "bad prefix"),
+            (format!("{h}set 2001:db8::1/64\nend\n"), "bad prefix"),
             (format!("{h}set 10.0.0.0\nend\n"), "bad prefix"),
             (format!("{h}set ::/129\nend\n"), "bad prefix"),
             (format!("{h}set x/8\nend\n"), "bad prefix"),

@@ -102,13 +102,20 @@ struct PrefixEntry {
     ipv6: Option<String>,
 }
 
+/// A prefix of a range file (host bits cleared; a bare address is a single-host prefix);
+/// `None` for a bad one or one wider than a vendor publishes
+/// (`crawlguard_contract::ranges::MIN_PREFIX_LEN`: `0.0.0.0/0` would verify everyone).
 fn parse_prefix(text: &str) -> Option<IpNet> {
     let t = text.trim();
-    if let Ok(net) = t.parse::<IpNet>() {
-        return Some(net.trunc());
-    }
-    // A bare address is a single-host prefix.
-    t.parse::<IpAddr>().ok().map(IpNet::from)
+    let net = match t.parse::<IpNet>() {
+        Ok(net) => net.trunc(),
+        Err(_) => IpNet::from(t.parse::<IpAddr>().ok()?),
+    };
+    crawlguard_contract::ranges::is_plausible_prefix_len(
+        matches!(net, IpNet::V4(_)),
+        net.prefix_len(),
+    )
+    .then_some(net)
 }
 
 /// Parses one range document. See the module docs for what is accepted.
@@ -584,6 +591,27 @@ mod tests {
                 value: "1.2.3.0/33".into()
             })
         );
+        // Wider than any vendor publishes: refused, it would verify every claimant.
+        for (wide, index) in [("0.0.0.0/0", 0), ("10.0.0.0/7", 0), ("2000::/15", 1)] {
+            let key = if wide.contains(':') {
+                "ipv6Prefix"
+            } else {
+                "ipv4Prefix"
+            };
+            let doc = if index == 0 {
+                format!(r#"{{"prefixes":[{{"{key}":"{wide}"}}]}}"#)
+            } else {
+                format!(r#"{{"prefixes":[{{"ipv4Prefix":"1.2.3.0/24"}},{{"{key}":"{wide}"}}]}}"#)
+            };
+            assert_eq!(
+                parse_range_file(doc.as_bytes()),
+                Err(RangeError::BadPrefix {
+                    index,
+                    value: wide.into()
+                }),
+                "{wide}"
+            );
+        }
         assert!(matches!(
             parse_range_file(br#"{"prefixes":[{"ipv4Prefix":5}]}"#),
             Err(RangeError::Json(_))
