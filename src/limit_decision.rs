@@ -69,8 +69,10 @@ pub fn key_values(lines: &[Vec<u8>], list: bool) -> Vec<&[u8]> {
 ///   reject: the request is counted `ShadowLimited`, what it took from shadow limits is given
 ///   back (as enforcing them would), the other shadow limits are skipped, and the enforced
 ///   limits still charge it.
-/// - A key header naming more than [`MAX_KEY_VALUES`] values makes the request malformed,
-///   with the same refund.
+/// - A key header naming more than [`MAX_KEY_VALUES`] values makes the request malformed:
+///   under an enforced limit `Malformed`, with the same refund; under a shadow limit
+///   `ShadowMalformed`, treated as a shadow limit that is empty (forwarded, and the enforced
+///   limits still charge it).
 ///
 /// Keys of enforced `client_ip` limits remember the Retry-After their client (the address
 /// and `class`) was given (compliance and escalation, [`crate::escalation`]). `random` feeds the Retry-After jitter; it is
@@ -100,7 +102,8 @@ pub fn decide(
     let mut charged = std::mem::take(&mut limiter.charged);
     charged.clear();
     let mut decision = Decision::Allowed;
-    let mut shadow: Option<OverLimit> = None;
+    // What the first shadow limit that would have rejected the request decided.
+    let mut shadow: Option<Decision> = None;
     let mut visit = Visit::Unremarkable;
     let mut escalated = false;
     'limits: for (i, limit) in cfg.limits.iter().enumerate() {
@@ -130,10 +133,12 @@ pub fn decide(
                     crate::config::key_header_is_list(name),
                 );
                 if values.len() > MAX_KEY_VALUES {
-                    decision = match cfg.mode {
-                        Mode::Enforce => Decision::Malformed { limit: i },
-                        Mode::Shadow => Decision::ShadowMalformed { limit: i },
-                    };
+                    if is_shadow {
+                        // Counted, forwarded; the enforced limits still charge it.
+                        shadow = Some(Decision::ShadowMalformed { limit: i });
+                        continue 'limits;
+                    }
+                    decision = Decision::Malformed { limit: i };
                     break;
                 }
                 header_keys = if values.is_empty() {
@@ -164,7 +169,7 @@ pub fn decide(
                         retry_after_s: respond::clamp_s(0, &policy.retry_after),
                     };
                     if is_shadow {
-                        shadow = Some(over);
+                        shadow = Some(Decision::ShadowLimited(over));
                         continue 'limits;
                     }
                     decision = Decision::Limited(over);
@@ -235,7 +240,7 @@ pub fn decide(
                         limiter.end_client_flight(store, f, now_ns);
                     }
                     if is_shadow {
-                        shadow = Some(over);
+                        shadow = Some(Decision::ShadowLimited(over));
                         continue 'limits;
                     }
                     escalated = esc;
@@ -283,8 +288,8 @@ pub fn decide(
         }
     }
     limiter.charged = charged;
-    if let (Decision::Allowed, Some(over)) = (decision, shadow) {
-        decision = Decision::ShadowLimited(over);
+    if let (Decision::Allowed, Some(hit)) = (decision, shadow) {
+        decision = hit;
     }
     LimitResult {
         route,

@@ -177,6 +177,26 @@ fn a_verdict_for_a_stream_already_ended_decides_and_charges_nothing() {
 }
 
 #[test]
+fn a_malformed_key_under_a_shadow_limit_is_forwarded_and_the_enforced_limits_still_charge() {
+    // A header-keyed limit on trial in shadow mode, and an enforced one of 2 per address.
+    let cfg = r#"{"limits":[
+        {"name":"per_key","class":"*","route":"*","rate_per_s":1,"burst":100,"key":"header:x-api-key","mode":"shadow"},
+        {"name":"per_ip","class":"*","route":"*","rate_per_s":0.001,"burst":2,"key":"client_ip"}]}"#;
+    let mut p = FakeProxy::new(cfg, T0);
+    let values: Vec<String> = (0..17).map(|i| format!("k{i}")).collect();
+    let mut headers = vec![(":path", "/"), ("user-agent", CHROME)];
+    headers.extend(values.iter().map(|v| ("x-api-key", v.as_str())));
+    // 17 values: the trial would have refused it, so it is counted, never refused (it was
+    // a 400), and the enforced limit still charges it: 2 forwarded, then 429.
+    let steps: Vec<Step> = (0..3).map(|_| p.request(&headers, G).1).collect();
+    assert_eq!(steps, [Step::Continue, Step::Continue, Step::Pause]);
+    assert_eq!(p.counter("crawlguard.class.human.malformed"), 2);
+    assert_eq!(p.counter("crawlguard.class.human.limited"), 1);
+    let (ctx, _) = p.request(&headers, G);
+    assert_eq!(p.reply_status(ctx), Some(429));
+}
+
+#[test]
 fn callout_refused_timed_out_or_garbage_is_a_verifier_error() {
     // Refused at dispatch (no such cluster): decided at the wake-up.
     let mut p = proxy("");
