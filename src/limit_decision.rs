@@ -189,9 +189,9 @@ pub fn decide(
             let rules = KeyRules {
                 track,
                 leasable: !is_shadow && limit.cost.is_none(),
-                // A shared key (global, the "missing" key, no address) has no flight cap:
-                // one client's stalled requests would shut out all who share it.
-                cap_flights: matches!(part, KeyPart::Ip(_)),
+                // A client_ip key is the address: its places in flight are counted in its
+                // own state (any other key's in the address's, `take_flight` above).
+                cap_flights: matches!(limit.key, KeyKind::ClientIp),
             };
             let (c, v, at) = limiter.charge(
                 store,
@@ -215,14 +215,16 @@ pub fn decide(
                 } => {
                     if let Some(at) = at {
                         charged.push(Charge {
-                            key,
-                            limit: i,
-                            at,
-                            tokens,
+                            taken: Reservation {
+                                limit: i,
+                                reserved: tokens,
+                                key,
+                                at,
+                                flight_epoch_s,
+                                // The address's flight goes with the limit's first charge.
+                                flight: flight.take(),
+                            },
                             shadow: is_shadow,
-                            flight_epoch_s,
-                            // The address's flight goes with the limit's first reservation.
-                            flight: flight.take(),
                         });
                     }
                 }
@@ -258,30 +260,26 @@ pub fn decide(
     // them would have rejected (enforcing it would have stopped the request there).
     let rejected = decision != Decision::Allowed;
     let mut reservations = Vec::new();
-    for c in &charged {
-        let Some(limit) = cfg.limits.get(c.limit) else {
+    for &Charge {
+        taken: r,
+        shadow: in_shadow,
+    } in &charged
+    {
+        let Some(limit) = cfg.limits.get(r.limit) else {
             continue;
         };
-        let r = Reservation {
-            limit: c.limit,
-            reserved: c.tokens,
-            key: c.key,
-            at: c.at,
-            flight_epoch_s: c.flight_epoch_s,
-            flight: c.flight,
-        };
-        if rejected || (c.shadow && shadow.is_some()) {
+        if rejected || (in_shadow && shadow.is_some()) {
             let rate = limiter.local_rate(limit.rate);
             if limit.cost.is_some() {
                 // Everything back, and the reservation's flight ends unlearned.
                 limiter.end_flight(store, &r, rate, 0, None, now_ns);
             } else {
-                limiter.refund(store, (c.key, c.limit), c.at, rate, c.tokens);
+                limiter.refund(store, (r.key, r.limit), r.at, rate, r.reserved);
             }
             continue;
         }
         if let Some(f) = limiter.fleet.as_mut() {
-            f.ledger.record(c.key, c.limit, u64::from(c.tokens));
+            f.ledger.record(r.key, r.limit, u64::from(r.reserved));
         }
         if limit.cost.is_some() {
             reservations.push(r);

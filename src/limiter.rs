@@ -23,7 +23,6 @@ use std::net::IpAddr;
 
 pub use crate::limit_decision::{decide, key_values, KeyPart, MAX_KEY_VALUES};
 pub use key_state::KeyState;
-pub(crate) use reservation::ClientFlight;
 pub use reservation::Reservation;
 
 mod key_state;
@@ -174,20 +173,13 @@ pub struct Limiter {
     leases: Leases,
 }
 
-/// One charged key.
+/// One charged key: what was taken where (a [`Reservation`], which a cost-based limit's
+/// forwarded request settles; any other's is only given back on a rejection), and whether
+/// its limit is in shadow mode.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Charge {
-    pub(crate) key: StateKey,
-    /// Index of the limit in [`Config::limits`].
-    pub(crate) limit: usize,
-    pub(crate) at: Placed,
-    pub(crate) tokens: u32,
-    /// The limit is in shadow mode.
+    pub(crate) taken: Reservation,
     pub(crate) shadow: bool,
-    /// See [`Reservation::flight_epoch_s`].
-    pub(crate) flight_epoch_s: u32,
-    /// See [`Reservation::flight`].
-    pub(crate) flight: Option<ClientFlight>,
 }
 
 /// How [`Limiter::charge`] treats a key, from what the key names.
@@ -198,8 +190,9 @@ pub(crate) struct KeyRules {
     pub(crate) track: bool,
     /// The token may come from this worker's lease of the key ([`crate::lease`]).
     pub(crate) leasable: bool,
-    /// A cost-based limit's `max_in_flight` caps the key's reservations in flight: only a
-    /// key naming one client (an address, a key header's value), never a shared one.
+    /// A cost-based limit's `max_in_flight` caps the key's reservations in flight, counted in
+    /// its own state: a `client_ip` key, which is the address (a limit keyed otherwise counts
+    /// each address's places in the address's flight state, [`Limiter::take_flight`]).
     pub(crate) cap_flights: bool,
 }
 

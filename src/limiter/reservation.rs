@@ -10,7 +10,7 @@ use crate::store::{SharedData, StateKey};
 
 /// A cost-based reservation of a forwarded request, settled when its response arrives
 /// ([`Limiter::settle`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reservation {
     /// Index of the limit in [`Config::limits`].
     pub limit: usize,
