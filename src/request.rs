@@ -306,7 +306,10 @@ impl RequestState {
                     limiter::MAX_KEY_VALUES
                 );
                 if shadow {
-                    return self.forward(cfg, host, class, Vec::new());
+                    // Forwarded as under any shadow outcome: the enforced limits charged it,
+                    // and their cost reservations settle on the response.
+                    self.shadow_limit = Some(limit);
+                    return self.forward(cfg, host, class, std::mem::take(&mut out.reservations));
                 }
                 host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
                 return if self.reply(

@@ -197,6 +197,40 @@ fn a_malformed_key_under_a_shadow_limit_is_forwarded_and_the_enforced_limits_sti
 }
 
 #[test]
+fn a_malformed_key_under_a_shadow_limit_settles_its_enforced_costs() {
+    // The trial in shadow mode, and an enforced cost limit: 1 listing in flight per address,
+    // 1 token/s, so Retry-After tells a debt (20 s) from the flight cap (1 s).
+    let cfg = r#"{"classes":{"human":{"retry_after":{"min_s":1,"max_s":100,"jitter_s":0}}},
+        "limits":[
+        {"name":"per_key","class":"*","route":"*","rate_per_s":1,"burst":100,"key":"header:x-api-key","mode":"shadow"},
+        {"name":"items","class":"*","route":"*","rate_per_s":1,"burst":1000,"key":"client_ip",
+         "cost":{"reserve":20,"max_in_flight":1,"from_response_header":"x-crawlguard-cost"}}]}"#;
+    let mut p = FakeProxy::new(cfg, T0);
+    let padded = (0..17)
+        .map(|i| format!("k{i}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let headers = [
+        (":path", "/list"),
+        ("user-agent", CHROME),
+        ("x-api-key", padded.as_str()),
+    ];
+    let (ctx, step) = p.request(&headers, G);
+    assert_eq!(step, Step::Continue);
+    assert_eq!(p.req(ctx).reply, None);
+    p.respond(
+        ctx,
+        &[(":status", "200"), ("x-crawlguard-cost", "1000")],
+        false,
+    );
+    // Settled at 1,000 (the whole burst) and its flight ended: the next one waits out the
+    // debt (1,000 learned, so 1,000 s at 1/s, capped at max_s), not the cap's 1 s.
+    let (ctx, step) = p.request(&headers, G);
+    assert_eq!(step, Step::Pause);
+    assert_eq!(retry_after(&p, ctx), Some(100));
+}
+
+#[test]
 fn callout_refused_timed_out_or_garbage_is_a_verifier_error() {
     // Refused at dispatch (no such cluster): decided at the wake-up.
     let mut p = proxy("");
