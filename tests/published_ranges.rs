@@ -80,8 +80,15 @@ fn refresh_asks_with_the_generation_and_garbage_keeps_the_ranges() {
     // A sidecar gone wrong: ranges covering every address would verify every claimant.
     let everything = "crawlguard-ranges 1 00000000000000ff\nset 0.0.0.0/0 2000::/3\n\
                       bot googlebot fcrdns 0\nend\n";
+    // The same from prefixes each long enough: 256 /8s side by side.
+    let eights: Vec<String> = (0..=255).map(|a| format!("{a}.0.0.0/8")).collect();
+    let side_by_side = format!(
+        "crawlguard-ranges 1 00000000000000ff\nset {}\nbot googlebot fcrdns 0\nend\n",
+        eights.join(" ")
+    );
     for (status, body) in [
         (Some("200"), everything),
+        (Some("200"), side_by_side.as_str()),
         (Some("200"), "{\"prefixes\":[]}"),
         (Some("200"), &doc()[..40]),
         (Some("200"), big.as_str()),
@@ -94,7 +101,7 @@ fn refresh_asks_with_the_generation_and_garbage_keeps_the_ranges() {
         assert!(c.path.starts_with("/v1/ranges"));
         p.answer(c.token, status, body);
     }
-    assert_eq!(p.counter("crawlguard.verify.ranges_error"), 6);
+    assert_eq!(p.counter("crawlguard.verify.ranges_error"), 7);
     let (ctx, step) = p.get("/", GOOGLEBOT, "66.249.64.7:4000");
     assert_eq!(step, Step::Continue);
     assert_eq!(p.class_of(ctx).as_deref(), Some("search_crawler"));

@@ -19,7 +19,8 @@
 //!   the rest of the document (the same ranges give the same generation, also after a
 //!   sidecar restart).
 //! - each `set` line is the prefixes of one bot's loaded range sources together
-//!   (`<address>/<length>`, host bits clear, at least [`MIN_PREFIX_LEN`] bits), numbered 0, 1, ... in order; bots with the
+//!   (`<address>/<length>`, host bits clear, at least [`MIN_PREFIX_LEN`] bits, at most
+//!   [`MAX_SET_ADDRESSES`] in all), numbered 0, 1, ... in order; bots with the
 //!   same sources share a set. Ascending and disjoint (each prefix starts after the
 //!   previous one ends) in the IPv6 address space, an IPv4 prefix `a.b.c.d/n` taken as
 //!   `::ffff:a.b.c.d/(96+n)` (so IPv4 prefixes come before the usual IPv6 ones); the
@@ -70,6 +71,32 @@ pub const MAX_PREFIXES: usize = 16_384;
 /// one wider (a typo, `0.0.0.0/0`, a compromised source) would verify every claimant. The
 /// sidecar refuses a range file holding one, and a reader a document holding one.
 pub const MIN_PREFIX_LEN: (u8, u8) = (8, 16);
+
+/// Most addresses one set may cover, IPv4 and IPv6: a /8's and a /32's worth, about 1,000
+/// times and 2^22 times the widest published set in `shared/data` (Google's user-triggered
+/// fetchers: 16,896 IPv4 addresses, about 2^74 IPv6). Prefixes each long enough can still
+/// cover everything side by side (256 /8s are all of IPv4); a set over this is refused like
+/// one wide prefix.
+pub const MAX_SET_ADDRESSES: (u128, u128) = (1 << 24, 1 << 96);
+
+/// Addresses the intervals of [`key`]s in `set` cover, (IPv4, IPv6); an overlap counts
+/// twice (a writer's set may overlap: the strict side).
+pub fn coverage(set: &[(u128, u128)]) -> (u128, u128) {
+    set.iter().fold((0u128, 0u128), |(v4, v6), &(first, last)| {
+        let n = last.saturating_sub(first).saturating_add(1);
+        if first >= MAPPED.0 && last <= MAPPED.1 {
+            (v4.saturating_add(n), v6)
+        } else {
+            (v4, v6.saturating_add(n))
+        }
+    })
+}
+
+/// True when `set` covers at most [`MAX_SET_ADDRESSES`].
+pub fn is_plausible_coverage(set: &[(u128, u128)]) -> bool {
+    let (v4, v6) = coverage(set);
+    v4 <= MAX_SET_ADDRESSES.0 && v6 <= MAX_SET_ADDRESSES.1
+}
 
 /// True when a prefix of `len` bits is long enough for a range set ([`MIN_PREFIX_LEN`]).
 pub fn is_plausible_prefix_len(ipv4: bool, len: u8) -> bool {
@@ -294,6 +321,9 @@ pub fn parse(body: &[u8]) -> Result<Ranges, &'static str> {
                     }
                     set.push(iv);
                 }
+                if !is_plausible_coverage(&set) {
+                    return Err("a set covers more than MAX_SET_ADDRESSES");
+                }
                 r.sets.push(set);
             }
             b"bot" => {
@@ -350,15 +380,20 @@ pub fn render(sets: &[Vec<Prefix>], bots: &[(String, OutOfRange, usize)]) -> (u6
             })
             .collect();
         ivs.sort();
-        // An IPv6 prefix over IPv4-mapped addresses, or one shorter than MIN_PREFIX_LEN,
-        // cannot be published (a reader refuses it): the set's bots are left out, so the
-        // sidecar decides them.
-        let over_mapped = ivs
+        // An IPv6 prefix over IPv4-mapped addresses, one shorter than MIN_PREFIX_LEN, or a
+        // set over MAX_SET_ADDRESSES cannot be published (a reader refuses it): the set's
+        // bots are left out, so the sidecar decides them.
+        let intervals: Vec<(u128, u128)> = ivs
             .iter()
-            .any(|&(first, std::cmp::Reverse(last), net, len)| {
-                (net.is_ipv6() && first <= MAPPED.1 && last >= MAPPED.0)
-                    || !is_plausible_prefix_len(net.is_ipv4(), len)
-            });
+            .map(|&(first, std::cmp::Reverse(last), ..)| (first, last))
+            .collect();
+        let over_mapped = !is_plausible_coverage(&intervals)
+            || ivs
+                .iter()
+                .any(|&(first, std::cmp::Reverse(last), net, len)| {
+                    (net.is_ipv6() && first <= MAPPED.1 && last >= MAPPED.0)
+                        || !is_plausible_prefix_len(net.is_ipv4(), len)
+                });
         unpublishable.push(over_mapped);
         rest.push_str("set");
         let mut last: Option<u128> = None;
@@ -558,6 +593,20 @@ mod tests {
             (format!("{h}set 66.249.66.1/0\nend\n"), "bad prefix"),
             (format!("{h}set 66.249.66.1/24\nend\n"), "bad prefix"),
             (format!("{h}set 2001:db8::1/64\nend\n"), "bad prefix"),
+            (
+                format!(
+                    "{h}set {}\nend\n",
+                    (0..=255)
+                        .map(|a| format!("{a}.0.0.0/8"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ),
+                "a set covers more than MAX_SET_ADDRESSES",
+            ),
+            (
+                format!("{h}set 10.0.0.0/8 11.0.0.0/32\nend\n"),
+                "a set covers more than MAX_SET_ADDRESSES",
+            ),
             (format!("{h}set 10.0.0.0\nend\n"), "bad prefix"),
             (format!("{h}set ::/129\nend\n"), "bad prefix"),
             (format!("{h}set x/8\nend\n"), "bad prefix"),

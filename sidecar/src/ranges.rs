@@ -71,6 +71,15 @@ pub enum RangeError {
     },
     /// The file parsed but holds no prefix (a truncated download, most likely).
     Empty,
+    /// Its prefixes together cover more than `crawlguard_contract::ranges::MAX_SET_ADDRESSES`
+    /// (IPv4, IPv6 addresses): no vendor publishes that much, and it would verify nearly
+    /// every claimant.
+    TooWide {
+        /// IPv4 addresses covered.
+        v4: u128,
+        /// IPv6 addresses covered.
+        v6: u128,
+    },
 }
 
 impl std::fmt::Display for RangeError {
@@ -82,6 +91,13 @@ impl std::fmt::Display for RangeError {
                 write!(f, "prefixes[{index}]: invalid prefix {value:?}")
             }
             RangeError::Empty => write!(f, "no prefixes in file"),
+            RangeError::TooWide { v4, v6 } => write!(
+                f,
+                "the prefixes cover {v4} IPv4 and {v6} IPv6 addresses, more than a crawler \
+                 vendor publishes (at most {} and {})",
+                crawlguard_contract::ranges::MAX_SET_ADDRESSES.0,
+                crawlguard_contract::ranges::MAX_SET_ADDRESSES.1
+            ),
         }
     }
 }
@@ -142,6 +158,22 @@ pub fn parse_range_file(bytes: &[u8]) -> Result<RangeSet, RangeError> {
     }
     if set.is_empty() {
         return Err(RangeError::Empty);
+    }
+    use crawlguard_contract::ranges::{coverage, is_plausible_coverage, key};
+    let intervals: Vec<(u128, u128)> = set
+        .v4
+        .iter()
+        .map(|n| (IpAddr::V4(n.network()), IpAddr::V4(n.broadcast())))
+        .chain(
+            set.v6
+                .iter()
+                .map(|n| (IpAddr::V6(n.network()), IpAddr::V6(n.broadcast()))),
+        )
+        .map(|(a, b)| (key(a), key(b)))
+        .collect();
+    if !is_plausible_coverage(&intervals) {
+        let (v4, v6) = coverage(&intervals);
+        return Err(RangeError::TooWide { v4, v6 });
     }
     Ok(set)
 }
@@ -590,6 +622,15 @@ mod tests {
                 index: 1,
                 value: "1.2.3.0/33".into()
             })
+        );
+        // 256 /8s side by side: all of IPv4, refused whole.
+        let all: Vec<String> = (0..=255)
+            .map(|a| format!(r#"{{"ipv4Prefix":"{a}.0.0.0/8"}}"#))
+            .collect();
+        let doc = format!(r#"{{"prefixes":[{}]}}"#, all.join(","));
+        assert_eq!(
+            parse_range_file(doc.as_bytes()),
+            Err(RangeError::TooWide { v4: 1 << 32, v6: 0 })
         );
         // Wider than any vendor publishes: refused, it would verify every claimant.
         for (wide, index) in [("0.0.0.0/0", 0), ("10.0.0.0/7", 0), ("2000::/15", 1)] {
