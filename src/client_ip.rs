@@ -88,6 +88,17 @@ pub fn group(ip: IpAddr) -> IpAddr {
     mask(ip, GROUP_IPV4_PREFIX_LEN, GROUP_IPV6_PREFIX_LEN)
 }
 
+/// What a client's concurrency is counted by (a cost-based limit's places in flight,
+/// `limits[].cost.max_in_flight`): an IPv4 client's address prefix as given (`ip` is already
+/// masked to `client_ip.ipv4_prefix_len`), an IPv6 client's [`group`] (its /48, one site:
+/// a client holding a /48 has 65,536 /64s, each a bucket of its own, but one set of places).
+pub fn concurrency_prefix(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(_) => group(ip),
+    }
+}
+
 /// Fingerprint of `ip`'s [`group`] under a limit whose own fingerprint is `limit_fp` (a
 /// seeded hash, secret with the seed): two groups of one limit never share one, and groups
 /// of two limits share one only if the limits' fingerprints happen to differ by the two

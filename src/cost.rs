@@ -6,17 +6,18 @@
 //! the real cost, so requests in flight together can each pass on a small reservation and
 //! then all settle high (60 concurrent listings of 1,000 items, reserve 20, burst 1,000: 50
 //! admitted, 50,000 items spent). Two rules bound that overspend:
-//! - at most `cost.max_in_flight` reservations of one client address are in flight at once
-//!   under a limit, whatever the limit's key: counted in the key's own state for a
-//!   `client_ip` key, else in the address's flight state under the limit
+//! - at most `cost.max_in_flight` reservations of one client (its address, an IPv6 client's
+//!   /48: [`crate::client_ip::concurrency_prefix`]) are in flight at once under a limit,
+//!   whatever the limit's key, counted in the client's flight state under the limit
 //!   ([`crate::limiter::Limiter::take_flight`]), so no client's stalled requests hold a shared
 //!   key (`global`, the "missing" key) or a named one at its cap;
 //! - a key reserves what its last settled request cost (at least `cost.reserve`, at most
 //!   `burst`), so once one response has settled, requests in flight together each hold
 //!   about their real cost.
 //!
-//! One address therefore overspends a key by at most `max_in_flight` x (cost - reservation)
+//! One client therefore overspends a key by at most `max_in_flight` x (cost - reservation)
 //! per Envoy; a key in debt admits nothing until the debt is repaid (the bucket's own rule).
+//! A limit key's state uses only `last_cost`; a client's flight state only the counts.
 
 use crate::bucket::NS_PER_S;
 

@@ -4,6 +4,7 @@
 //! keys and the store they live in are the [`Limiter`]'s (`limiter.rs`).
 
 use crate::class::Class;
+use crate::client_ip;
 use crate::config::{Config, KeyKind, Mode};
 use crate::escalation::Visit;
 use crate::limiter::{
@@ -153,13 +154,15 @@ pub fn decide(
             }
         };
         let n = limit.cost.as_ref().map_or(1, |c| c.reserve);
-        // A cost-based limit's places in flight belong to the client address: in the key's
-        // own state for a client_ip key, else in the address's flight state under the limit,
-        // so a shared key (global, the "missing" key, a User-Agent) or a named one cannot be
-        // held at its cap by someone else's stalled requests.
+        // A cost-based limit's places in flight belong to the client (its address, an IPv6
+        // client's /48, [`client_ip::concurrency_prefix`]), kept in the client's flight state
+        // under the limit whatever the limit's key: a shared key (global, the "missing" key,
+        // a User-Agent) or a named one cannot be held at its cap by someone else's stalled
+        // requests, and a client cannot multiply its places with addresses of one site.
         let mut flight = None;
-        if let (Some(c), false) = (&limit.cost, matches!(limit.key, KeyKind::ClientIp)) {
-            let fk = limiter.key(&limit.name, &KeyPart::FlightsOf(req.client));
+        if let Some(c) = &limit.cost {
+            let client = req.client.map(client_ip::concurrency_prefix);
+            let fk = limiter.key(&limit.name, &KeyPart::FlightsOf(client));
             match limiter.take_flight(store, fk, now_ns, c.max_in_flight, &mut events) {
                 Some(f) => flight = Some(f),
                 None => {
@@ -189,9 +192,6 @@ pub fn decide(
             let rules = KeyRules {
                 track,
                 leasable: !is_shadow && limit.cost.is_none(),
-                // A client_ip key is the address: its places in flight are counted in its
-                // own state (any other key's in the address's, `take_flight` above).
-                cap_flights: matches!(limit.key, KeyKind::ClientIp),
             };
             let (c, v, at) = limiter.charge(
                 store,
@@ -209,10 +209,7 @@ pub fn decide(
                 _ => Visit::Unremarkable,
             };
             match c {
-                Charged::Allowed {
-                    tokens,
-                    flight_epoch_s,
-                } => {
+                Charged::Allowed { tokens, .. } => {
                     if let Some(at) = at {
                         charged.push(Charge {
                             taken: Reservation {
@@ -220,7 +217,6 @@ pub fn decide(
                                 reserved: tokens,
                                 key,
                                 at,
-                                flight_epoch_s,
                                 // The address's flight goes with the limit's first charge.
                                 flight: flight.take(),
                             },

@@ -152,7 +152,9 @@ pub(crate) enum Placed {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Charged {
     /// `tokens` taken (a cost-based key's reservation may be more than asked: its last
-    /// cost, [`crate::cost`]), counted in flight epoch `flight_epoch_s` (0: not counted).
+    /// cost, [`crate::cost`]); `flight_epoch_s`: the epoch a place in flight was taken in
+    /// ([`Limiter::take_flight`], which shares this type so that both share the store code;
+    /// 0 for a charge).
     Allowed { tokens: u32, flight_epoch_s: u32 },
     /// Over the limit: the Retry-After to send before jitter (clamped, maybe escalated).
     Limited { retry_after_s: u32, escalated: bool },
@@ -190,10 +192,6 @@ pub(crate) struct KeyRules {
     pub(crate) track: bool,
     /// The token may come from this worker's lease of the key ([`crate::lease`]).
     pub(crate) leasable: bool,
-    /// A cost-based limit's `max_in_flight` caps the key's reservations in flight, counted in
-    /// its own state: a `client_ip` key, which is the address (a limit keyed otherwise counts
-    /// each address's places in the address's flight state, [`Limiter::take_flight`]).
-    pub(crate) cap_flights: bool,
 }
 
 impl Limiter {
@@ -385,9 +383,7 @@ impl Limiter {
     /// lease of the key (no shared-data call), and a charge that leaves the bucket far from
     /// empty takes a lease of a few more tokens in the same write.
     ///
-    /// With `rules.cap_flights` a cost-based key at its `max_in_flight` is rejected at the
-    /// class's shortest Retry-After, without a compliance record: parallel requests are not
-    /// a client ignoring what it was told.
+    /// A cost-based limit's places in flight are taken before, [`Limiter::take_flight`].
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn charge(
         &mut self,
@@ -400,9 +396,7 @@ impl Limiter {
         rules: KeyRules,
         events: &mut StoreEvents,
     ) -> (Charged, Visit, Option<Placed>) {
-        let KeyRules {
-            track, leasable, ..
-        } = rules;
+        let KeyRules { track, leasable } = rules;
         let leasable = leasable && n == 1 && self.fleet.is_none();
         if leasable && self.leases.spend(key, limit_idx, now_ns) {
             return (
@@ -426,34 +420,19 @@ impl Limiter {
             } else {
                 Visit::Unremarkable
             };
-            // A cost-based key reserves what it last cost, with few reservations in flight.
+            // A cost-based key reserves what it last cost.
             let n = match &limit.cost {
                 Some(_) => st.cost.reservation(n, rate.burst),
                 None => n,
             };
-            let capped = limit.cost.as_ref().filter(|_| rules.cap_flights);
-            let full = capped.is_some_and(|c| !st.cost.has_room(now_ns, c.max_in_flight));
             let wait_ns = if track && st.compliance.penalises(now_ns, class, esc) {
                 // Serving a penalty: rejected without consuming tokens, at the class's base
                 // wait (the step sets the penalty, not what is left of the last one).
                 0
-            } else if full {
-                // Its reservations in flight are at the cap: when one settles is not known,
-                // so the class's shortest wait, and nothing told to remember.
-                let limited = Charged::Limited {
-                    retry_after_s: respond::clamp_s(0, ra),
-                    escalated: false,
-                };
-                return ((limited, visit), track.then_some(st));
             } else {
                 match bucket::take_n(Some(st.bucket), now_ns, rate, n) {
                     Take::Allowed { state, remaining } => {
                         st.bucket = state;
-                        let flight_epoch_s = if capped.is_some() {
-                            st.cost.take(now_ns)
-                        } else {
-                            0
-                        };
                         // A lease only for a key that remembers nothing (spending it skips
                         // the compliance visit, a no-op for such a key).
                         let size = lease::lease_size(rate.burst, remaining);
@@ -467,7 +446,7 @@ impl Limiter {
                         }
                         let allowed = Charged::Allowed {
                             tokens: n,
-                            flight_epoch_s,
+                            flight_epoch_s: 0,
                         };
                         return ((allowed, visit), Some(st));
                     }
@@ -998,7 +977,6 @@ mod tests {
             KeyRules {
                 track: false,
                 leasable: false,
-                cap_flights: false,
             },
             &mut ev,
         );

@@ -733,6 +733,33 @@ fn sixty_costly_listings_at_once_on_a_shared_key_fly_four_at_a_time() {
 }
 
 #[test]
+fn an_ipv6_site_holds_one_set_of_places_however_many_64s_it_sends_from() {
+    // The hostile review's attack: 15 /64s of one /48, 4 listings each, on a global cost
+    // key. Places per /64 let 50 of 60 fly (49,000 tokens of debt for everyone); the /48
+    // holds the default 4. Another site still has its own.
+    for key in ["global", "client_ip"] {
+        let cfg = format!(
+            r#"{{"limits":[{{"name":"items","class":"*","route":"*","rate_per_s":1,"burst":1000,
+            "key":"{key}","cost":{{"reserve":20,"from_response_header":"x-crawlguard-cost"}}}}]}}"#
+        );
+        let mut p = FakeProxy::new(&cfg, T0);
+        let mut flying = 0;
+        for n in 0..15 {
+            for _ in 0..4 {
+                let from = format!("[2001:db8:7:{n:x}::1]:4000");
+                flying += usize::from(p.get("/list", CHROME, &from).1 == Step::Continue);
+            }
+        }
+        assert_eq!(flying, 4, "{key}");
+        assert_eq!(
+            p.get("/list", CHROME, "[2001:db8:8::1]:4000").1,
+            Step::Continue,
+            "{key}"
+        );
+    }
+}
+
+#[test]
 fn refusals_at_the_flight_cap_tell_the_client_nothing_to_ignore() {
     // A curl client, escalation after 2 ignored Retry-Afters; one listing in flight per address.
     let cfg = r#"{"classes":{"script":{"retry_after":{"min_s":2,"max_s":2,"jitter_s":0},

@@ -18,9 +18,6 @@ pub struct Reservation {
     pub reserved: u32,
     pub(crate) key: StateKey,
     pub(crate) at: Placed,
-    /// The flight epoch the reservation counts in, in its own key's state
-    /// ([`CostState::take`]; 0: not counted there).
-    pub(crate) flight_epoch_s: u32,
     /// The client address's place in flight, for a limit not keyed by the address.
     pub(crate) flight: Option<ClientFlight>,
 }
@@ -134,7 +131,9 @@ impl Limiter {
                 bucket::refund_n(s.bucket, rate, r.reserved - charge)
             };
             let mut cost = s.cost;
-            cost.settle(now_ns, r.flight_epoch_s, learned);
+            if let Some(a) = learned {
+                cost.last_cost = a;
+            }
             KeyState { bucket, cost, ..s }
         });
         if let Some(f) = r.flight {
