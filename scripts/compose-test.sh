@@ -163,7 +163,12 @@ done
 export CG_PREBUILT_DIR="$WORK/ctx"
 stage() { # stage SERVICE BINARY DOCKERFILE: a build context holding the binary and Dockerfile
     mkdir -p "$CG_PREBUILT_DIR/$1"
-    cp -l "$2" "$CG_PREBUILT_DIR/$1/" 2>/dev/null || cp "$2" "$CG_PREBUILT_DIR/$1/"
+    # Without its debug sections: each image layer is a copy of the context, and a debug
+    # binary's debug info (most of its size) once filled a CI machine's disk.
+    local dst
+    dst="$CG_PREBUILT_DIR/$1/$(basename "$2")"
+    objcopy --strip-debug "$2" "$dst" 2>/dev/null ||
+        cp -l "$2" "$dst" 2>/dev/null || cp "$2" "$dst"
     cp "$3" "$CG_PREBUILT_DIR/$1/Dockerfile"
 }
 stage envoy "$CG_ENVOY_BIN" "$ROOT/integration/compose/prebuilt.Dockerfile"
