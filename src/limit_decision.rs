@@ -26,8 +26,9 @@ pub enum KeyPart<'a> {
     Global,
     /// One value of the key header; `None` = absent or blank.
     Header(Option<&'a [u8]>),
-    /// The reservations in flight of one client address (`None`: none parsed) under a
-    /// cost-based limit whose key is not the address ([`Limiter::take_flight`]).
+    /// The reservations in flight of one client (its address, an IPv6 client's /48,
+    /// [`crate::client_ip::concurrency_prefix`]; `None`: none parsed) under a cost-based
+    /// limit, whatever its key ([`Limiter::take_flight`]).
     FlightsOf(Option<IpAddr>),
 }
 
@@ -217,7 +218,7 @@ pub fn decide(
                                 reserved: tokens,
                                 key,
                                 at,
-                                // The address's flight goes with the limit's first charge.
+                                // The client's flight goes with the limit's first charge.
                                 flight: flight.take(),
                             },
                             shadow: is_shadow,

@@ -18,12 +18,11 @@ pub struct Reservation {
     pub reserved: u32,
     pub(crate) key: StateKey,
     pub(crate) at: Placed,
-    /// The client address's place in flight, for a limit not keyed by the address.
+    /// The client's place in flight: on the limit's first reservation, `None` on the others.
     pub(crate) flight: Option<ClientFlight>,
 }
 
-/// A client address's place in flight under a cost-based limit keyed otherwise
-/// ([`Limiter::take_flight`]).
+/// A client's place in flight under a cost-based limit ([`Limiter::take_flight`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ClientFlight {
     key: StateKey,
@@ -32,8 +31,9 @@ pub(crate) struct ClientFlight {
 }
 
 impl Limiter {
-    /// Takes one of a client address's `max_in_flight` places under a cost-based limit not
-    /// keyed by the address (`key`: the address's flight key): `None` when all are taken.
+    /// Takes one of a client's `max_in_flight` places under a cost-based limit (`key`: the
+    /// client's [`crate::limit_decision::KeyPart::FlightsOf`] key): `None` when all are
+    /// taken. In a shared group or overflow bucket, which keeps no places, it always has room.
     pub(crate) fn take_flight(
         &mut self,
         store: &dyn SharedData,
