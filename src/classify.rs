@@ -120,6 +120,10 @@ impl Dfa {
     /// a token that is empty or only whitespace is dropped (it would match every UA). For
     /// tokens carrying `len_flag`, each state records the longest one's length (to find where
     /// an anchor starts).
+    // Indexing here is over this function's own arrays: `classes` (256) by a byte, the
+    // states it pushed (< children.len()) and classes it assigned (< stride). Config tokens
+    // only decide the automaton's shape, never an index.
+    #[allow(clippy::indexing_slicing)]
     fn new<'a>(tokens: impl IntoIterator<Item = (Out, &'a str)>, len_flag: u8) -> Dfa {
         let tokens: Vec<(Out, Vec<u8>)> = tokens
             .into_iter()
@@ -241,7 +245,8 @@ impl Dfa {
         mut visit: impl FnMut(Hit) -> bool,
     ) {
         let next = |s: usize, b: u8| {
-            let c = usize::from(self.classes[usize::from(b)]);
+            // A byte always indexes the 256 classes (the check compiles away).
+            let c = usize::from(self.classes.get(usize::from(b)).copied().unwrap_or(0));
             trans.get(s * self.stride + c).copied()
         };
         let mut s = 0usize;

@@ -15,6 +15,21 @@
 //! What the filter shares with the verifier sidecar (wire types, bot ids, the catalog data
 //! file) is in the `crawlguard-contract` crate.
 
+// The no-panic rule (a panic kills the worker's VM): no unwrap, expect, panic or indexing
+// outside tests; each exception says why it cannot fail.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable,
+        clippy::todo,
+        clippy::unimplemented
+    )
+)]
+
 pub mod bucket;
 pub mod catalog;
 pub mod class;
@@ -23,7 +38,14 @@ pub mod client_ip;
 pub mod config;
 pub mod cost;
 pub mod escalation;
+// A test fake of the host (not in the module); it panics on a misused fake.
 #[cfg(not(target_arch = "wasm32"))]
+#[allow(
+    clippy::panic,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing
+)]
 pub mod fake_host;
 pub mod fleet;
 pub mod flights;

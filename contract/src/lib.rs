@@ -16,6 +16,21 @@
 //! The crate is compiled into the wasm filter, so it depends on serde and serde_json only and
 //! never panics on its inputs.
 
+// Compiled into the filter: the filter's no-panic rule holds here too (no unwrap, expect,
+// panic or indexing outside tests).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable,
+        clippy::todo,
+        clippy::unimplemented
+    )
+)]
+
 pub mod bot_id;
 pub mod catalog;
 pub mod cloud_zones;
