@@ -557,11 +557,6 @@ impl Limiter {
             self.give_back(store, l);
         }
     }
-
-    /// Tokens this worker holds in leases.
-    pub fn leased_tokens(&self) -> u64 {
-        self.leases.tokens()
-    }
 }
 
 #[cfg(test)]

@@ -155,8 +155,10 @@ pub fn http_date(v: &[u8]) -> Option<u64> {
         .checked_add(h * 3600 + mi * 60 + se)
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+/// Days since 1970-01-01 of a proleptic Gregorian date `(year, month 1..=12, day 1..=31)`
+/// (Howard Hinnant's `days_from_civil`, chrono-Compatible Low-Level Date Algorithms); the
+/// `crawlguard` command's log timestamps use it too.
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;

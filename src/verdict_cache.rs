@@ -175,11 +175,6 @@ impl VerdictCache {
         self.claims.len()
     }
 
-    /// Slots of the prefix table.
-    pub fn prefix_slots(&self) -> usize {
-        self.prefixes.len()
-    }
-
     /// Creates every missing slot (see [`SlotTable::precreate`]); returns slots created.
     pub fn precreate(&self, store: &dyn SharedData) -> Result<usize, StoreError> {
         Ok(self.claims.precreate(store)? + self.prefixes.precreate(store)?)

@@ -5,22 +5,11 @@
 //! orchestration live in `verdict_cache.rs` and `verification.rs`.
 
 use crate::class::Class;
-use crate::classify::Classification;
 use crawlguard_contract::verify as wire;
 use std::net::IpAddr;
 
 /// The verifier's answer about one claim (a contract type).
 pub use crawlguard_contract::verify::Verdict;
-
-/// The class a request gets once its claim has `verdict`: the bot's own class when verified,
-/// `spoofed` when the claim failed, `unverified_bot` otherwise. Requests without a claim to
-/// verify keep their class.
-pub fn reclass(c: &Classification<'_>, verdict: Verdict) -> Class {
-    match c.bot {
-        Some(bot) if bot.verify => class_for(verdict, bot.class),
-        _ => c.class,
-    }
-}
 
 /// The class of a claim to be `bot_class` once it has `verdict`.
 pub fn class_for(verdict: Verdict, bot_class: Class) -> Class {
@@ -100,7 +89,6 @@ pub fn parse_response(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::BotEntry;
 
     fn ip(s: &str) -> IpAddr {
         s.parse()
@@ -108,25 +96,15 @@ mod tests {
     }
 
     #[test]
-    fn verdicts_reclass_only_claims_that_need_verification() {
-        let g = BotEntry {
-            id: "googlebot".into(),
-            ua_contains: vec!["googlebot".into()],
-            class: Class::SearchCrawler,
-            verify: true,
-        };
-        let claim = Classification {
-            bot: Some(&g),
-            class: Class::UnverifiedBot,
-        };
-        assert_eq!(reclass(&claim, Verdict::Verified), Class::SearchCrawler);
-        assert_eq!(reclass(&claim, Verdict::Spoofed), Class::Spoofed);
-        assert_eq!(reclass(&claim, Verdict::Unknown), Class::UnverifiedBot);
-        let human = Classification {
-            bot: None,
-            class: Class::Human,
-        };
-        assert_eq!(reclass(&human, Verdict::Spoofed), Class::Human);
+    fn a_verdict_gives_the_bot_class_spoofed_or_unverified_bot() {
+        let c = Class::SearchCrawler;
+        assert_eq!(class_for(Verdict::Verified, c), Class::SearchCrawler);
+        assert_eq!(class_for(Verdict::Spoofed, c), Class::Spoofed);
+        assert_eq!(class_for(Verdict::Unknown, c), Class::UnverifiedBot);
+        assert_eq!(
+            class_for(Verdict::Verified, Class::AiRetriever),
+            Class::AiRetriever
+        );
     }
 
     #[test]

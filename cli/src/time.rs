@@ -2,16 +2,8 @@
 //! `%START_TIME%` (`2026-11-30T05:59:00.123Z`), to milliseconds since the Unix epoch (UTC).
 //! Hand-written (no allocation, no time-zone database): both formats carry their offset.
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
+/// Days since 1970-01-01 of a proleptic Gregorian date: the filter's, for one algorithm.
+pub use crawlguard::rewrite::days_from_civil;
 
 /// `(year, month, day)` of a day number (inverse of [`days_from_civil`]).
 pub fn civil_from_days(z: i64) -> (i64, u32, u32) {

@@ -2,8 +2,8 @@
 //! embedded at build time and read by everyone who needs it.
 //!
 //! - the filter matches User-Agents with [`Bot::ua_contains`] in file order (first match wins)
-//!   and gives [`Bot::class`], once verified when [`Bot::verify`] is set (it reads just
-//!   those fields, [`builtin_match_rules`]); a User-Agent no entry matches is `human` only when
+//!   and gives [`Bot::class`], once verified when [`Bot::verify`] is set (`build.rs` compiles
+//!   just those fields into the module); a User-Agent no entry matches is `human` only when
 //!   it is browser-shaped by the [`HumanRule`] ([`Catalog::human`]), else a bot;
 //! - the sidecar verifies every `verify: true` bot by its [`Bot::fcrdns_domains`] and by the
 //!   vendor's published IP-range documents, fetched from [`Bot::range_urls`] (or the
@@ -106,36 +106,6 @@ pub struct Bot {
     /// Why the entry looks the way it does, where that is not obvious.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub notes: String,
-}
-
-/// What a User-Agent matcher needs of one bot: the fields of [`Bot`] that decide a
-/// classification.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct MatchRule {
-    /// See [`Bot::id`].
-    pub id: String,
-    /// See [`Bot::ua_contains`].
-    pub ua_contains: Vec<String>,
-    /// See [`Bot::class`].
-    pub class: BotClass,
-    /// See [`Bot::verify`].
-    pub verify: bool,
-}
-
-/// The built-in catalog's match rules, in match order: the filter's view of the file.
-///
-/// Reads only the fields a matcher needs and skips [`Catalog::validate`]: the embedded file
-/// cannot change after the build and this crate's tests validate it, so the wasm module
-/// carries neither the rest of the schema nor the rules. Fails only if the embedded file is
-/// not the documented shape, which those tests rule out.
-pub fn builtin_match_rules() -> Result<Vec<MatchRule>, CatalogError> {
-    #[derive(Deserialize)]
-    struct Rules {
-        bots: Vec<MatchRule>,
-    }
-    serde_json::from_str::<Rules>(BOTS_JSON)
-        .map(|r| r.bots)
-        .map_err(|e| CatalogError(format!("bots.json: {e}")))
 }
 
 /// Who is `human`: the rule for a User-Agent that no catalog entry matches.
@@ -750,22 +720,6 @@ mod tests {
         );
         let m = bot(&c, "mojeekbot");
         assert_eq!((m.class, m.verify), (BotClass::OtherBot, false));
-    }
-
-    #[test]
-    fn match_rules_are_the_catalog_without_the_rest() {
-        let rules = builtin_match_rules().expect("the embedded catalog loads");
-        let from_catalog: Vec<MatchRule> = builtin()
-            .bots
-            .into_iter()
-            .map(|b| MatchRule {
-                id: b.id,
-                ua_contains: b.ua_contains,
-                class: b.class,
-                verify: b.verify,
-            })
-            .collect();
-        assert_eq!(rules, from_catalog);
     }
 
     #[test]
