@@ -19,9 +19,9 @@ use crate::verification::{self, Resolution};
 use std::cell::{Cell, RefCell};
 use std::net::IpAddr;
 
-/// The root tick period when only once-a-second work needs it (shedding, the verifier's
-/// safety net), ms.
-pub const TICK_MS: u32 = 1_000;
+/// The period of the root tick's once-a-second work (the shedding step), ms; the tick
+/// itself may run faster (fleet syncs, [`crate::fleet`]).
+pub const SECOND_WORK_PERIOD_MS: u32 = 1_000;
 
 /// Minimum gap between two warnings of one kind per worker, ns.
 const WARN_EVERY_NS: u64 = 10_000_000_000;
@@ -377,7 +377,8 @@ impl Worker {
             ranges::tick(self, host, now);
             // Half a tick of slack: timers fire a little early or late.
             let second_due = self.last_shedding_ns.get().is_none_or(|t| {
-                now.saturating_add(tick_ns / 2) >= t.saturating_add(u64::from(TICK_MS) * 1_000_000)
+                now.saturating_add(tick_ns / 2)
+                    >= t.saturating_add(u64::from(SECOND_WORK_PERIOD_MS) * 1_000_000)
             });
             if self.cfg.shedding.enabled {
                 if second_due {

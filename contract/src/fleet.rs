@@ -4,7 +4,9 @@
 //!
 //! `POST /v1/fleet/sync` with a JSON [`SyncRequest`] -> `200` with a JSON [`SyncResponse`].
 //! Anything else (another status, a malformed body, a timeout) is a sync error: the filter
-//! keeps deciding with its local buckets and sends the same consumption again later.
+//! keeps deciding with its local buckets and does not send a batch that left again (at most
+//! once: it may have reached the store although no good answer came back); only a batch
+//! that never left (dispatch refused) is sent with the next one.
 //!
 //! The sidecar applies a whole batch atomically to the fleet's store (Redis: one Lua script
 //! per batch, Redis server time as the clock). Each bucket is a GCRA theoretical arrival
