@@ -30,8 +30,11 @@ pub enum Class {
 }
 
 impl Class {
+    /// How many classes there are: the length of every per-class table.
+    pub const COUNT: usize = 8;
+
     /// Every class, in a fixed order (used to pre-define stats).
-    pub const ALL: [Class; 8] = [
+    pub const ALL: [Class; Class::COUNT] = [
         Class::SearchCrawler,
         Class::AiRetriever,
         Class::AiTrainer,

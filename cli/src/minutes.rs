@@ -5,6 +5,7 @@
 //! [`MAX_MINUTE_ROWS`] minutes, about 69 days, in any order); a record for a minute already
 //! retired starts that minute anew, and [`Minutes::exact`] turns false.
 
+use crawlguard::classify::Class;
 use std::collections::BTreeMap;
 
 /// Minute rows held, at most (each about 100 bytes plus the map's overhead: ~14 MB).
@@ -17,11 +18,11 @@ pub const TOP_MINUTES: usize = 5;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Minute {
     /// Requests per class ([`crawlguard::classify::Class::index`]).
-    pub requests: [u32; 8],
+    pub requests: [u32; Class::COUNT],
     /// Rejections (429 + 503) per class.
-    pub rejected: [u32; 8],
+    pub rejected: [u32; Class::COUNT],
     /// 429s per class.
-    pub s429: [u32; 8],
+    pub s429: [u32; Class::COUNT],
 }
 
 impl Minute {

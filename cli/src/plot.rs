@@ -88,13 +88,13 @@ pub struct Panel {
 /// The three panels of `p` (see the module documentation), stacking classes in `order`.
 pub fn panels(p: &PlotBins) -> (Vec<Class>, Vec<Panel>) {
     let per = width_words(p.width_s);
-    let get = |f: fn(&Bin) -> &[u32; 8], c: Class| -> Vec<u64> {
+    let get = |f: fn(&Bin) -> &[u32; Class::COUNT], c: Class| -> Vec<u64> {
         p.bins
             .iter()
             .map(|b| u64::from(f(b).get(c.index()).copied().unwrap_or(0)))
             .collect()
     };
-    let requests: fn(&Bin) -> &[u32; 8] = |b| &b.requests;
+    let requests: fn(&Bin) -> &[u32; Class::COUNT] = |b| &b.requests;
     // Classes by requests, most first: the largest class lies at the bottom of each stack.
     let mut order: Vec<(Class, u64)> = Class::ALL
         .into_iter()

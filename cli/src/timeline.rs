@@ -37,14 +37,14 @@ pub fn coarser(w: i64) -> i64 {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Bin {
     /// Requests.
-    pub requests: [u32; 8],
+    pub requests: [u32; Class::COUNT],
     /// crawlguard's rate-limit rejections (`crawlguard_rate_limited`, 429 or 503).
-    pub limited: [u32; 8],
+    pub limited: [u32; Class::COUNT],
     /// crawlguard's shed 503s (`crawlguard_shed`).
-    pub shed: [u32; 8],
+    pub shed: [u32; Class::COUNT],
     /// 429s and 5xx that crawlguard did not answer: the origin's, Envoy's, or of unknown
     /// origin (a plain Apache log's 5xx are its origin's).
-    pub errors: [u32; 8],
+    pub errors: [u32; Class::COUNT],
 }
 
 impl Bin {
@@ -122,7 +122,7 @@ impl Timeline {
         }
         let bin = self.bins.entry(k).or_default();
         let i = class.index();
-        let bump = |v: &mut [u32; 8]| {
+        let bump = |v: &mut [u32; Class::COUNT]| {
             if let Some(c) = v.get_mut(i) {
                 *c = c.saturating_add(1);
             }

@@ -391,7 +391,7 @@ pub struct Config {
     /// Compiled bot catalog.
     pub classifier: Classifier,
     /// Rejection policy per class, indexed like [`Class::ALL`].
-    pub classes: [ClassPolicy; 8],
+    pub classes: [ClassPolicy; Class::COUNT],
     /// Configured routes, in match order; route index `routes.len()` is [`DEFAULT_ROUTE`].
     pub routes: Vec<Route>,
     /// Limits; a request takes a token from every matching one.

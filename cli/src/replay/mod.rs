@@ -130,7 +130,7 @@ pub struct Replay {
     downstream: String,
     limit_index: BTreeMap<String, usize>,
     /// Per class ([`Class::index`]).
-    pub classes: [DecisionCounts; 8],
+    pub classes: [DecisionCounts; Class::COUNT],
     /// Per route index (`routes.len()` = `default`).
     pub routes: Vec<DecisionCounts>,
     /// Per limit: forwarded requests it applied to and did not object to, rejections it

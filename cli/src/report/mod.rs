@@ -57,7 +57,7 @@ pub struct Report {
     /// path.
     pub routes: Vec<Group>,
     /// Per class, [`Class::index`] order.
-    pub classes: [Group; 8],
+    pub classes: [Group; Class::COUNT],
     /// Per bot id (known bots only).
     pub bots: HashMap<String, Group>,
     /// Per minute of log time (minutes since the epoch), bounded.
