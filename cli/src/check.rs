@@ -154,18 +154,11 @@ fn string_value_configs(v: &Value, out: &mut Vec<String>) {
 }
 
 /// A mode as the configuration spells it: `enforce` or `shadow`.
-pub fn mode_name(m: config::Mode) -> &'static str {
-    match m {
-        config::Mode::Enforce => "enforce",
-        config::Mode::Shadow => "shadow",
-    }
-}
-
 /// One line describing an accepted configuration (as the filter logs it at load).
 pub fn summary(c: &Config) -> String {
     format!(
         "mode {}, {} limits, {} routes, {} bots, {} bucket slots, verifier {}",
-        mode_name(c.mode),
+        c.mode.as_str(),
         c.limits.len(),
         c.routes.len(),
         c.classifier.entries().len(),

@@ -57,6 +57,16 @@ pub enum Mode {
     Shadow,
 }
 
+impl Mode {
+    /// The mode's name in the configuration (`enforce`, `shadow`), as serde reads it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+        }
+    }
+}
+
 /// Where the client address comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]

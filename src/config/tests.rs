@@ -816,3 +816,12 @@ fn fleet_mode_needs_a_hash_seed_and_the_published_one_is_warned_about() {
         1
     );
 }
+
+#[test]
+fn a_modes_name_is_what_the_configuration_says() {
+    for m in [Mode::Enforce, Mode::Shadow] {
+        let read: Mode = serde_json::from_str(&format!("\"{}\"", m.as_str())).expect("a mode");
+        assert_eq!(read, m);
+    }
+    assert_eq!(Mode::Shadow.as_str(), "shadow");
+}

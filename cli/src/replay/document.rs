@@ -2,7 +2,6 @@
 //! [`Replay`] fills them.
 
 use super::{Prediction, Replay, CRAWLER_WARN_SHARE, SCHEMA};
-use crate::check::mode_name;
 use crate::status::StatusBucket;
 use crate::table::share;
 use crate::time;
@@ -54,7 +53,7 @@ impl Replay {
             .collect();
         ReplayJson {
             schema: SCHEMA,
-            mode: mode_name(cfg.mode),
+            mode: cfg.mode.as_str(),
             speed: self.speed,
             requests: self.requests,
             first: self.first_ms.map(time::fmt_ms),
@@ -112,7 +111,7 @@ impl Replay {
                     },
                     rate_per_s: l.rate_per_s,
                     burst: l.burst,
-                    mode: mode_name(l.mode),
+                    mode: l.mode.as_str(),
                     cost_reserve: l.cost.as_ref().map(|c| c.reserve),
                     admitted: c.admitted,
                     rejected: c.rejected,
