@@ -180,15 +180,11 @@ pub fn not_checked_ttl_s() -> u64 {
     *TTL_S.get_or_init(|| Config::default().ttl.unknown_s)
 }
 
-/// The claim `(ip, bot)` of a verify request target (`/v1/verify?ip=<ip>&bot=<bot id>`, as
-/// [`verify::request_path`] writes it), as text; `("", "")`-like parts when the target is
-/// not one (the ip then fails to parse and the claim is answered `unknown`).
+/// The claim `(ip, bot)` of a verify request target ([`verify::claim_of_request_path`]);
+/// `("", "")` when the target is not one (the ip then fails to parse and the claim is
+/// answered `unknown`).
 pub fn claim_of(path: &str) -> (&str, &str) {
-    let q = path
-        .strip_prefix(verify::PATH)
-        .and_then(|p| p.strip_prefix("?ip="))
-        .unwrap_or("");
-    q.split_once("&bot=").unwrap_or((q, ""))
+    verify::claim_of_request_path(path).unwrap_or(("", ""))
 }
 
 /// Answers the verify callout `path` from `offline` (without it: `unknown`, as when no

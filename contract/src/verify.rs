@@ -30,6 +30,16 @@ pub fn request_path(ip: IpAddr, bot: &str) -> String {
     format!("{PATH}?ip={ip}&bot={bot}")
 }
 
+/// The claim `(ip, bot)` of a request target as [`request_path`] writes it, as text (neither
+/// parsed nor checked); `None` for any other target. For offline tools that answer the
+/// filter's callouts themselves (the sidecar's HTTP server reads the query its own way).
+pub fn claim_of_request_path(target: &str) -> Option<(&str, &str)> {
+    target
+        .strip_prefix(PATH)?
+        .strip_prefix("?ip=")?
+        .split_once("&bot=")
+}
+
 /// The verifier's answer about one (IP, bot id) claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -158,6 +168,17 @@ mod tests {
             request_path(ip("2001:db8::1"), "gptbot"),
             "/v1/verify?ip=2001:db8::1&bot=gptbot"
         );
+    }
+
+    #[test]
+    fn a_request_paths_claim_reads_back() {
+        for (addr, bot) in [("66.249.66.1", "googlebot"), ("2001:db8::1", "gptbot")] {
+            let path = request_path(ip(addr), bot);
+            assert_eq!(claim_of_request_path(&path), Some((addr, bot)));
+        }
+        assert_eq!(claim_of_request_path("/v1/ranges?ip=1.2.3.4&bot=x"), None);
+        assert_eq!(claim_of_request_path("/v1/verify?ip=1.2.3.4"), None);
+        assert_eq!(claim_of_request_path("/v1/verify?bot=x&ip=1.2.3.4"), None);
     }
 
     #[test]
