@@ -2,13 +2,13 @@
 //! goes between classification and the store. `cargo bench --bench hot_path`; `make bench`
 //! measures the whole filter inside Envoy.
 
-use crawlguard::bucket::NS_PER_S;
-use crawlguard::catalog::builtin_catalog;
-use crawlguard::class::Class;
-use crawlguard::classify::Classifier;
-use crawlguard::config;
-use crawlguard::limiter::{decide, Limiter, RequestKeys};
-use crawlguard::store::mem::MemStore;
+use crawlguard_core::bucket::NS_PER_S;
+use crawlguard_core::catalog::builtin_catalog;
+use crawlguard_core::class::Class;
+use crawlguard_core::classify::Classifier;
+use crawlguard_core::config;
+use crawlguard_core::limiter::{decide, Limiter, RequestKeys};
+use crawlguard_testkit::MemStore;
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
 
@@ -75,7 +75,7 @@ fn decide_allow(c: &mut Criterion) {
 /// prefixes (more than the 8 rows of the per-client table: every one scans and evicts).
 fn record_response(c: &mut Criterion) {
     let cfg = config::parse(br#"{"shedding":{"enabled":true}}"#).expect("valid");
-    let w = crawlguard::worker::Worker::new(cfg, Default::default(), 0);
+    let w = crawlguard_core::worker::Worker::new(cfg, Default::default(), 0);
     let clients: Vec<std::net::IpAddr> = (1..=12u8)
         .map(|i| std::net::IpAddr::from([192, 0, 2, i]))
         .collect();
@@ -113,7 +113,7 @@ fn verify_lookup(c: &mut Criterion) {
             .collect();
         sets.push(set);
     }
-    let mut bots: Vec<(String, OutOfRange, usize)> = crawlguard::catalog::builtin_catalog()
+    let mut bots: Vec<(String, OutOfRange, usize)> = crawlguard_core::catalog::builtin_catalog()
         .iter()
         .filter(|b| b.verify)
         .map(|b| (b.id.clone(), OutOfRange::Fcrdns, 0))
@@ -124,12 +124,12 @@ fn verify_lookup(c: &mut Criterion) {
     let ip: std::net::IpAddr = "66.249.66.1".parse().expect("ip");
     assert_eq!(
         table.verdict(ip, "googlebot"),
-        Some(crawlguard::verify::Verdict::Verified)
+        Some(crawlguard_core::verify::Verdict::Verified)
     );
     c.bench_function("verify/published_ranges_hit", |b| {
         b.iter(|| black_box(table.verdict(black_box(ip), black_box("googlebot"))))
     });
-    let cache = crawlguard::verdict_cache::VerdictCache::new(8_192, 8);
+    let cache = crawlguard_core::verdict_cache::VerdictCache::new(8_192, 8);
     let store = MemStore::default();
     cache.precreate(&store).expect("precreate");
     let now = 1_700_000_000 * NS_PER_S;
@@ -137,7 +137,7 @@ fn verify_lookup(c: &mut Criterion) {
     let _ = cache.put_verdict(
         &store,
         fp,
-        crawlguard::verify::Verdict::Verified,
+        crawlguard_core::verify::Verdict::Verified,
         now,
         now + 3_600 * NS_PER_S,
         0,

@@ -2,12 +2,12 @@
 //! verifier callout answers, ticks) and the per-request context, each callback translated
 //! into a call on [`Worker`] or [`RequestState`] with a [`WasmHost`]. No policy lives here.
 
-use crate::config;
-use crate::metrics::Metrics;
-use crate::request::{RequestState, Step};
-use crate::store::{self, StoreShape};
 use crate::wasm_host::{self, HostStore, WasmHost};
-use crate::worker::Worker;
+use crawlguard_core::config;
+use crawlguard_core::metrics::Metrics;
+use crawlguard_core::request::{RequestState, Step};
+use crawlguard_core::store::{self, StoreShape};
+use crawlguard_core::worker::Worker;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType};
 use std::cell::RefCell;

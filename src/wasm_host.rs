@@ -3,9 +3,9 @@
 //! Every failure here reads as "absent" or an error the caller fails open on.
 
 use crate::header_map;
-use crate::host::{Callout, ContextId, Host, HostError, LocalReply};
-use crate::metrics::{CounterBuffer, MetricKind};
-use crate::store::{SharedData, StoreError};
+use crawlguard_core::host::{Callout, ContextId, Host, HostError, LocalReply};
+use crawlguard_core::metrics::{CounterBuffer, MetricKind};
+use crawlguard_core::store::{SharedData, StoreError};
 use std::cell::RefCell;
 
 // Status values of the proxy-wasm ABI 0.2.1.

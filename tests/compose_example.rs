@@ -5,10 +5,10 @@
 //! the configuration is one the filter accepts, and the bound the tester allows is the
 //! contract's bound for that configuration.
 
-use crawlguard::class::Class;
-use crawlguard::classify::Classifier;
-use crawlguard::config::KeyKind;
 use crawlguard_contract::fleet::overshoot_bound;
+use crawlguard_core::class::Class;
+use crawlguard_core::classify::Classifier;
+use crawlguard_core::config::KeyKind;
 use serde_yaml_ng::Value;
 
 fn read(rel: &str) -> String {
@@ -17,7 +17,7 @@ fn read(rel: &str) -> String {
 }
 
 /// The crawlguard filter configuration of `envoy.yaml.in` (placeholders filled with ports).
-fn compose_filter_config() -> crawlguard::config::Config {
+fn compose_filter_config() -> crawlguard_core::config::Config {
     let text = read("integration/compose/envoy.yaml.in");
     let rendered = [
         "ENVOY_PORT",
@@ -40,7 +40,7 @@ fn compose_filter_config() -> crawlguard::config::Config {
     let value = wasm["typed_config"]["config"]["configuration"]["value"]
         .as_str()
         .expect("configuration value");
-    crawlguard::config::parse(value.as_bytes())
+    crawlguard_core::config::parse(value.as_bytes())
         .unwrap_or_else(|e| panic!("envoy.yaml.in: configuration refused: {e}"))
 }
 
@@ -98,7 +98,7 @@ fn the_tester_allows_exactly_the_contracts_overshoot_for_the_compose_fleet() {
     let cfg = compose_filter_config();
     // The fleet check's client is a MojeekBot: class other_bot, no verifier callout.
     let ua = tester_const("UA_MOJEEK");
-    let classifier = Classifier::new(crawlguard::catalog::builtin_catalog());
+    let classifier = Classifier::new(crawlguard_core::catalog::builtin_catalog());
     let c = classifier.classify(Some(ua.as_bytes()));
     assert_eq!(c.class, Class::OtherBot, "{ua}");
     assert!(!c.bot.expect("a catalog entry").verify);

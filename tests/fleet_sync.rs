@@ -4,12 +4,12 @@
 //! debt, replicas alive for three intervals. The real store (the sidecar's Lua script in
 //! Redis) is tested against real Envoys in `integration/tests/fleet.rs`.
 
-use crawlguard::fake_host::FakeProxy;
-use crawlguard::request::Step;
-use crawlguard::store::mem::MemStore;
 use crawlguard_contract::fleet::{
     overshoot_bound, validate, KeyState, SyncRequest, SyncResponse, PATH,
 };
+use crawlguard_core::request::Step;
+use crawlguard_testkit::FakeProxy;
+use crawlguard_testkit::MemStore;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -79,7 +79,7 @@ struct Fleet {
 
 impl Fleet {
     fn new(json: &str, replicas: usize, workers: usize) -> Fleet {
-        let cfg = crawlguard::config::parse(json.as_bytes()).expect("config");
+        let cfg = crawlguard_core::config::parse(json.as_bytes()).expect("config");
         let envoys = (0..replicas)
             .map(|e| {
                 let shm = Rc::new(MemStore::default());

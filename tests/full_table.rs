@@ -8,8 +8,8 @@
 //! (`cargo test --test full_table -- --nocapture`). The real-Envoy version, scaled down, is
 //! `integration/tests/full_table.rs`.
 
-use crawlguard::fake_host::FakeProxy;
-use crawlguard::request::Step;
+use crawlguard_core::request::Step;
+use crawlguard_testkit::FakeProxy;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 const T0: u64 = 1_700_000_000_000_000_000;

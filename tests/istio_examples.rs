@@ -86,13 +86,17 @@ fn merge_patch(target: &mut Value, patch: &Value) {
 }
 
 /// Checks a WasmPlugin document; returns the filter configuration it carries.
-fn check_wasmplugin(rel: &str, url_scheme: &str) -> crawlguard::config::Config {
+fn check_wasmplugin(rel: &str, url_scheme: &str) -> crawlguard_core::config::Config {
     let all = docs(rel);
     assert_eq!(all.len(), 1);
     check_wasmplugin_doc(rel, &all[0], url_scheme)
 }
 
-fn check_wasmplugin_doc(rel: &str, wp: &Value, url_scheme: &str) -> crawlguard::config::Config {
+fn check_wasmplugin_doc(
+    rel: &str,
+    wp: &Value,
+    url_scheme: &str,
+) -> crawlguard_core::config::Config {
     assert_eq!(s(wp, &["apiVersion"]), "extensions.istio.io/v1alpha1");
     assert_eq!(s(wp, &["kind"]), "WasmPlugin");
     assert!(
@@ -105,7 +109,7 @@ fn check_wasmplugin_doc(rel: &str, wp: &Value, url_scheme: &str) -> crawlguard::
 
     // pluginConfig is handed to the filter as JSON: the filter's own validator must accept it.
     let plugin_cfg = serde_json::to_vec(get(wp, &["spec", "pluginConfig"])).expect("to JSON");
-    let cfg = crawlguard::config::parse(&plugin_cfg)
+    let cfg = crawlguard_core::config::parse(&plugin_cfg)
         .unwrap_or_else(|e| panic!("{rel}: pluginConfig refused: {e}"));
     assert_eq!(cfg.verifier.cluster, verifier_cluster(), "{rel}");
     assert_eq!(
@@ -114,7 +118,7 @@ fn check_wasmplugin_doc(rel: &str, wp: &Value, url_scheme: &str) -> crawlguard::
     );
 
     // The full default configuration, but for the verifier address.
-    let default = crawlguard::config::parse(b"").expect("default");
+    let default = crawlguard_core::config::parse(b"").expect("default");
     assert_eq!(cfg.limits, default.limits);
     assert_eq!(cfg.classes, default.classes);
     assert_eq!(cfg.exempt_paths, default.exempt_paths);
@@ -157,7 +161,7 @@ fn the_fleet_patch_turns_fleet_mode_on_and_keeps_the_rest() {
         ("envoy/istio/wasmplugin-file.yaml", "file:///"),
     ] {
         let mut wp = docs(rel).remove(0);
-        let before = crawlguard::config::parse(
+        let before = crawlguard_core::config::parse(
             &serde_json::to_vec(get(&wp, &["spec", "pluginConfig"])).expect("to JSON"),
         )
         .expect("pluginConfig");

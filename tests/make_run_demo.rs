@@ -2,8 +2,8 @@
 //! Envoy) under the demo's own curl flood: escalation shows, and running the documented
 //! commands again after `decay_s` works again instead of getting an hour of 429s.
 
-use crawlguard::fake_host::FakeProxy;
-use crawlguard::request::Step;
+use crawlguard_core::request::Step;
+use crawlguard_testkit::FakeProxy;
 
 const T0: u64 = 1_700_000_000_000_000_000;
 const MS: u64 = 1_000_000;
@@ -41,7 +41,7 @@ fn flood(p: &mut FakeProxy) -> Vec<(u16, Option<String>)> {
 
 #[test]
 fn the_demo_flood_escalates_to_16_s_and_the_next_run_30_s_later_is_admitted_again() {
-    let cfg = crawlguard::config::parse(demo_without_jitter().as_bytes()).expect("valid");
+    let cfg = crawlguard_core::config::parse(demo_without_jitter().as_bytes()).expect("valid");
     assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
     let mut p = FakeProxy::new(&demo_without_jitter(), T0);
     let first = flood(&mut p);

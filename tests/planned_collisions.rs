@@ -8,11 +8,11 @@
 //! (A real-Envoy version would need the wasm32 build of the key hash: ahash's arithmetic
 //! differs between 32- and 64-bit targets, so helpers computed here do not collide there.)
 
-use crawlguard::config;
-use crawlguard::fake_host::FakeProxy;
-use crawlguard::limiter::Limiter;
-use crawlguard::request::Step;
-use crawlguard::store::PUBLISHED_HASH_SEED;
+use crawlguard_core::config;
+use crawlguard_core::limiter::Limiter;
+use crawlguard_core::request::Step;
+use crawlguard_core::store::PUBLISHED_HASH_SEED;
+use crawlguard_testkit::FakeProxy;
 use std::net::{IpAddr, Ipv4Addr};
 
 const T0: u64 = 1_700_000_000_000_000_000;

@@ -9,13 +9,13 @@
 //!
 //! Cases: 256 by default; `PROPTEST_CASES=N` raises (or lowers) every test's count.
 
-use crawlguard::bucket::{self, BucketState, Rate, Take, NS_PER_S};
-use crawlguard::class::Class;
-use crawlguard::client_ip;
-use crawlguard::config::{self, Config};
-use crawlguard::limiter::{decide, Decision, Limiter, RequestKeys};
-use crawlguard::request::path_only;
-use crawlguard::store::mem::{Fault, MemStore};
+use crawlguard_core::bucket::{self, BucketState, Rate, Take, NS_PER_S};
+use crawlguard_core::class::Class;
+use crawlguard_core::client_ip;
+use crawlguard_core::config::{self, Config};
+use crawlguard_core::limiter::{decide, Decision, Limiter, RequestKeys};
+use crawlguard_core::request::path_only;
+use crawlguard_testkit::{Fault, MemStore};
 use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
 use std::collections::HashMap;
@@ -411,7 +411,7 @@ fn reqs() -> impl Strategy<Value = Vec<Req>> {
 }
 
 /// The limiter's view of a request from `remote` for `path` (no key headers).
-fn keys(cfg: &crawlguard::config::Config, path: &str, remote: &str) -> RequestKeys<'static> {
+fn keys(cfg: &crawlguard_core::config::Config, path: &str, remote: &str) -> RequestKeys<'static> {
     RequestKeys {
         route: cfg.route_of(path_only(path.as_bytes())),
         client: client_ip::parse_addr(remote.as_bytes())

@@ -6,19 +6,19 @@
 //!
 //! Cases: 256 by default; `PROPTEST_CASES=N` raises (or lowers) every test's count.
 
-use crawlguard::bucket::BucketState;
-use crawlguard::class::Class;
-use crawlguard::client_ip::{client_ip, from_xff, masked, parse_addr};
-use crawlguard::config::{ClientIpConfig, IpSource, RetryAfter};
-use crawlguard::cost::CostState;
-use crawlguard::limiter::KeyState;
-use crawlguard::respond::retry_after_s;
-use crawlguard::rewrite::{http_date, parse_retry_after, UpstreamRetryAfter};
-use crawlguard::slot_table::{SlotTable, SlotValue};
-use crawlguard::store::mem::MemStore;
-use crawlguard::store::SharedData;
-use crawlguard::verdict_cache::{ClaimEntry, PrefixEntry};
-use crawlguard::verify::{parse_response, Answer, Verdict, VerifyError};
+use crawlguard_core::bucket::BucketState;
+use crawlguard_core::class::Class;
+use crawlguard_core::client_ip::{client_ip, from_xff, masked, parse_addr};
+use crawlguard_core::config::{ClientIpConfig, IpSource, RetryAfter};
+use crawlguard_core::cost::CostState;
+use crawlguard_core::limiter::KeyState;
+use crawlguard_core::respond::retry_after_s;
+use crawlguard_core::rewrite::{http_date, parse_retry_after, UpstreamRetryAfter};
+use crawlguard_core::slot_table::{SlotTable, SlotValue};
+use crawlguard_core::store::SharedData;
+use crawlguard_core::verdict_cache::{ClaimEntry, PrefixEntry};
+use crawlguard_core::verify::{parse_response, Answer, Verdict, VerifyError};
+use crawlguard_testkit::MemStore;
 use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

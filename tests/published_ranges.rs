@@ -2,9 +2,9 @@
 //! then range-verifiable claims are decided without a callout, also after the sidecar died;
 //! a bad answer keeps the ranges in use. Whole requests on the host (`fake_host`).
 
-use crawlguard::fake_host::FakeProxy;
-use crawlguard::request::Step;
 use crawlguard_contract::ranges::{render, OutOfRange};
+use crawlguard_core::request::Step;
+use crawlguard_testkit::FakeProxy;
 
 const T0: u64 = 1_700_000_000_000_000_000;
 const S: u64 = 1_000_000_000;

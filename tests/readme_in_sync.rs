@@ -34,7 +34,7 @@ fn readme_bot_table_lists_the_filters_catalog_in_match_order() {
         .take_while(|l| *l != end)
         .filter(|l| l.starts_with("| `"))
         .collect();
-    let catalog = crawlguard::catalog::builtin_catalog();
+    let catalog = crawlguard_core::catalog::builtin_catalog();
     assert_eq!(rows.len(), catalog.len());
     for (row, b) in rows.iter().zip(&catalog) {
         let start = format!(
@@ -51,12 +51,12 @@ fn readme_bot_table_lists_the_filters_catalog_in_match_order() {
 fn readme_documents_every_stat_family() {
     let text = readme();
     // Every optional family too: shedding (with a route) and fleet mode on.
-    let cfg = crawlguard::config::parse(
+    let cfg = crawlguard_core::config::parse(
         br#"{"routes":[{"name":"api","path_prefix":"/api"}],
              "shedding":{"enabled":true},"fleet":{"enabled":true},"store":{"hash_seed":4242}}"#,
     )
     .expect("config");
-    for name in crawlguard::metrics::names(&cfg) {
+    for name in crawlguard_core::metrics::names(&cfg) {
         let name = [".api.", ".default."]
             .iter()
             .fold(name.clone(), |n, r| n.replace(r, ".<route>."));
@@ -64,7 +64,7 @@ fn readme_documents_every_stat_family() {
         let generic = family.replace(".class.search_crawler", ".class.<class>");
         assert!(
             text.contains(&generic)
-                || crawlguard::class::Class::ALL
+                || crawlguard_core::class::Class::ALL
                     .iter()
                     .any(|c| text.contains(&family.replace(c.as_str(), "<class>"))),
             "README does not document {name}"
@@ -103,7 +103,7 @@ fn every_example_configuration_is_accepted() {
     for entry in std::fs::read_dir(dir).expect("envoy/examples") {
         let path = entry.expect("entry").path();
         let bytes = std::fs::read(&path).expect("read");
-        if let Err(e) = crawlguard::config::parse(&bytes) {
+        if let Err(e) = crawlguard_core::config::parse(&bytes) {
             panic!("{}: {e}", path.display());
         }
         n += 1;
@@ -128,7 +128,7 @@ fn table_rows(text: &str) -> Vec<Vec<String>> {
 fn readme_configuration_defaults_are_the_embedded_defaults() {
     let text = readme();
     let defaults: serde_json::Value =
-        serde_json::from_str(crawlguard::config::DEFAULT_CONFIG_JSON).expect("default JSON");
+        serde_json::from_str(crawlguard_core::config::DEFAULT_CONFIG_JSON).expect("default JSON");
     let mut checked = 0;
     let mut wrong = Vec::new();
     for row in table_rows(&text) {
@@ -161,14 +161,14 @@ fn readme_configuration_defaults_are_the_embedded_defaults() {
 #[test]
 fn readme_class_policies_and_default_limits_are_the_defaults() {
     let text = readme();
-    let cfg = crawlguard::config::parse(b"").expect("default config");
+    let cfg = crawlguard_core::config::parse(b"").expect("default config");
     let mut classes = 0;
     let mut limits = 0;
     for row in table_rows(&text) {
         let name = row[0].trim_matches('`');
         // The class table's third cell reads `min..max +0..jitter`.
         if let (Some(class), [_, _, ra, status, escalation]) =
-            (crawlguard::class::Class::parse(name), row.as_slice())
+            (crawlguard_core::class::Class::parse(name), row.as_slice())
         {
             if !ra.contains(" +0..") {
                 continue;
@@ -233,7 +233,7 @@ fn every_configuration_field_has_a_readme_row() {
         .filter_map(|r| r.first().map(|c| c.trim_matches('`').to_string()))
         .collect();
     let defaults: serde_json::Value =
-        serde_json::from_str(crawlguard::config::DEFAULT_CONFIG_JSON).expect("default JSON");
+        serde_json::from_str(crawlguard_core::config::DEFAULT_CONFIG_JSON).expect("default JSON");
     let mut missing = Vec::new();
     // Leaves and sections of the default document; maps keyed by class or route and
     // lists are documented by their pattern row (`classes.<class>...`, `limits[]...`).

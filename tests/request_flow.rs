@@ -1,9 +1,9 @@
 //! Whole requests through the request machine and a worker, on the host: the fake proxy
-//! (`crawlguard::fake_host`) plays Envoy's callbacks, the verifier's answers and the clock.
+//! (`crawlguard_core::fake_host`) plays Envoy's callbacks, the verifier's answers and the clock.
 //! One test per promise, exact values.
 
-use crawlguard::fake_host::FakeProxy;
-use crawlguard::request::Step;
+use crawlguard_core::request::Step;
+use crawlguard_testkit::FakeProxy;
 
 const T0: u64 = 1_700_000_000_000_000_000;
 const MS: u64 = 1_000_000;
@@ -1092,8 +1092,8 @@ fn a_failing_origin_sheds_too_and_shadow_mode_only_counts() {
 
 #[test]
 fn two_workers_share_one_level() {
-    let cfg = crawlguard::config::parse(format!("{{{SHED}}}").as_bytes()).expect("valid");
-    let store = std::rc::Rc::new(crawlguard::store::mem::MemStore::default());
+    let cfg = crawlguard_core::config::parse(format!("{{{SHED}}}").as_bytes()).expect("valid");
+    let store = std::rc::Rc::new(crawlguard_testkit::MemStore::default());
     let mut a = FakeProxy::with_config(cfg.clone(), T0, store.clone());
     let mut b = FakeProxy::with_config(cfg, T0, store);
     // Worker a sees the slow responses; worker b sees none.

@@ -1,11 +1,11 @@
 //! `crawlguard check-config`: validates a filter configuration with exactly the code the
-//! filter's `on_configure` runs ([`crawlguard::config::parse`]), from
+//! filter's `on_configure` runs ([`crawlguard_core::config::parse`]), from
 //! - a JSON document (what Envoy passes as `configuration`; empty = the embedded default),
 //! - an Istio `WasmPlugin` YAML (its `spec.pluginConfig`, turned into the JSON Istio hands
 //!   the filter; several documents in one file are each checked),
 //! - an Envoy YAML with the wasm filter (each `configuration` `StringValue`'s `value`).
 
-use crawlguard::config::{self, Config};
+use crawlguard_core::config::{self, Config};
 use serde_yaml_ng::Value;
 
 /// One configuration found in the input and its verdict.

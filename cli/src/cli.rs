@@ -12,7 +12,7 @@ use crate::replay::{self, Replay};
 use crate::report::{self, Report};
 use crate::table::TextTable;
 use clap::{Parser, Subcommand};
-use crawlguard::config::{self, Config};
+use crawlguard_core::config::{self, Config};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 

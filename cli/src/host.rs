@@ -11,13 +11,13 @@
 //! from one global counter) with a faster hash and in-place updates. The decision code, the
 //! worker and the verdict cache are the filter's own.
 
-use crawlguard::classify::Class;
-use crawlguard::config::Config;
-use crawlguard::host::{Callout, ContextId, Host, HostError, LocalReply};
-use crawlguard::metrics::Metrics;
-use crawlguard::request::{RequestState, Step};
-use crawlguard::store::{SharedData, StoreError};
-use crawlguard::worker::Worker;
+use crawlguard_core::classify::Class;
+use crawlguard_core::config::Config;
+use crawlguard_core::host::{Callout, ContextId, Host, HostError, LocalReply};
+use crawlguard_core::metrics::Metrics;
+use crawlguard_core::request::{RequestState, Step};
+use crawlguard_core::store::{SharedData, StoreError};
+use crawlguard_core::worker::Worker;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};

@@ -105,7 +105,7 @@ fn envoy_yaml_and_the_embedded_default() {
 fn invalid_configurations_exit_1_with_the_filters_message() {
     let dir = tempfile::tempdir().expect("tmp");
     let bad = r#"{"limits":[{"name":"a","class":"*","route":"*","rate_per_s":0,"burst":1,"key":"global"}]}"#;
-    let expected = crawlguard::config::parse(bad.as_bytes())
+    let expected = crawlguard_core::config::parse(bad.as_bytes())
         .expect_err("invalid")
         .to_string();
     assert_eq!(expected, "limits[0].rate_per_s: must be > 0");

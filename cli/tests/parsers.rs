@@ -6,8 +6,8 @@ mod common;
 
 use common::APACHE_LOG;
 
-use crawlguard::classify::Class;
 use crawlguard_cli::logfmt::{self, Format, LogRecord, UpstreamReach};
+use crawlguard_core::classify::Class;
 
 fn parse(fmt: Format, line: &str) -> Option<String> {
     let mut out = None;

@@ -7,14 +7,14 @@ mod common;
 
 use common::{write_tmp, APACHE_LOG, BIN, BROWSER_UA, GOOGLEBOT_UA};
 
-use crawlguard::classify::Class;
-use crawlguard::config;
 use crawlguard_cli::input;
 use crawlguard_cli::plot::{panels, Panel};
 use crawlguard_cli::report::Report;
 use crawlguard_cli::timeline::{
     width_words, Kind, PlotBins, Timeline, LADDER_S, MAX_PLOT_BINS, MAX_STORED_BINS,
 };
+use crawlguard_core::classify::Class;
+use crawlguard_core::config;
 use std::process::Command;
 
 /// One crawlguard-format line (envoy/envoy.yaml) at `ms` into 2026-12-01 07:00 UTC.

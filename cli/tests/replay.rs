@@ -7,10 +7,10 @@ mod common;
 
 use common::{APACHE_LOG, BIN};
 
-use crawlguard::config;
 use crawlguard_cli::input;
 use crawlguard_cli::offline::Offline;
 use crawlguard_cli::replay::Replay;
+use crawlguard_core::config;
 use serde_json::Value;
 use std::process::Command;
 

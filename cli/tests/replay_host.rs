@@ -9,13 +9,13 @@ mod common;
 
 use common::APACHE_LOG;
 
-use crawlguard::config::{self, Config};
-use crawlguard::fake_host::FakeProxy;
-use crawlguard::request::Step;
-use crawlguard::store::mem::MemStore;
 use crawlguard_cli::host::{ReplayProxy, Request};
 use crawlguard_cli::input;
 use crawlguard_cli::offline;
+use crawlguard_core::config::{self, Config};
+use crawlguard_core::request::Step;
+use crawlguard_testkit::FakeProxy;
+use crawlguard_testkit::MemStore;
 use std::rc::Rc;
 
 /// The verifier's answer to a callout path: `unknown`, as replay without `--ranges` gives.

@@ -6,9 +6,9 @@ mod common;
 
 use common::{write_tmp, APACHE_LOG, BIN, BROWSER_UA};
 
-use crawlguard::config;
 use crawlguard_cli::input;
 use crawlguard_cli::report::Report;
+use crawlguard_core::config;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use serde_json::Value;

@@ -3,8 +3,8 @@
 //! burst, refill time within one year).
 #![no_main]
 
-use crawlguard::bucket::Rate;
-use crawlguard::config::{parse, MAX_REFILL_S};
+use crawlguard_core::bucket::Rate;
+use crawlguard_core::config::{parse, MAX_REFILL_S};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

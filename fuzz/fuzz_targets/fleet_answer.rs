@@ -3,8 +3,8 @@
 //! next request is still decided (forwarded or answered locally, never left paused).
 #![no_main]
 
-use crawlguard::fake_host::FakeProxy;
-use crawlguard::request::Step;
+use crawlguard_testkit::FakeProxy;
+use crawlguard_core::request::Step;
 use libfuzzer_sys::fuzz_target;
 
 const T0: u64 = 1_700_000_000_000_000_000;

@@ -67,7 +67,7 @@ async fn replay_agrees_with_envoy_per_class_within_one_percent() {
     assert_eq!(lines.len(), 9_999);
 
     // crawlguard replay, offline, with the same compression.
-    let cfg = crawlguard::config::parse(b"").expect("embedded default");
+    let cfg = crawlguard_core::config::parse(b"").expect("embedded default");
     let mut rp = Replay::new(cfg, SPEED, None);
     let inputs = input::each_input(&[path.display().to_string()], None, &mut |r| rp.add(r));
     assert_eq!(inputs[0].parsed, 9_999);
@@ -164,7 +164,7 @@ async fn replay_agrees_with_envoy_per_class_within_one_percent() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let rep = loop {
         let log = envoy.log();
-        let mut rep = Report::new(crawlguard::config::parse(b"").expect("default"));
+        let mut rep = Report::new(crawlguard_core::config::parse(b"").expect("default"));
         let st = input::each_record(
             "envoy.log",
             &mut log.as_bytes(),

@@ -5,8 +5,8 @@ use super::{Prediction, Replay, CRAWLER_WARN_SHARE, SCHEMA};
 use crate::status::StatusBucket;
 use crate::table::share;
 use crate::time;
-use crawlguard::classify::Class;
-use crawlguard::config::KeyKind;
+use crawlguard_core::classify::Class;
+use crawlguard_core::config::KeyKind;
 use serde::Serialize;
 
 impl Replay {

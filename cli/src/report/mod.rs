@@ -24,9 +24,9 @@ use crate::logfmt::LogRecord;
 use crate::minutes::Minutes;
 use crate::stats::Heavy;
 use crate::timeline::{Kind, Timeline};
-use crawlguard::classify::Class;
-use crawlguard::config::Config;
-use crawlguard::request::path_only;
+use crawlguard_core::classify::Class;
+use crawlguard_core::config::Config;
+use crawlguard_core::request::path_only;
 use std::collections::{BTreeMap, HashMap};
 
 /// Schema name and version of `--json` output.

@@ -2,16 +2,20 @@
 //! contexts, shared data ([`MemStore`]), counters by name, a recorded list of callouts and a
 //! settable clock; [`FakeProxy`] drives whole requests through a [`Worker`] the way Envoy
 //! drives the filter (request headers, root wake-ups, callout answers, ticks, response
-//! headers). Not compiled into the wasm module.
+//! headers). A dev-dependency only: never compiled into the wasm module.
+//!
+//! The fakes panic on a misused fake (a test bug), so the core's no-panic lints do not
+//! apply here.
 
-use crate::config::{self, Config};
-use crate::host::{Callout, ContextId, Host, HostError, LocalReply};
-use crate::metrics::Metrics;
-use crate::request::{RequestState, Step};
-use crate::store::mem::MemStore;
-use crate::store::SharedData;
-use crate::worker::Worker;
+pub use crawlguard_core::store::mem::{Fault, MemStore};
+
 use crawlguard_contract::verify as wire;
+use crawlguard_core::config::{self, Config};
+use crawlguard_core::host::{Callout, ContextId, Host, HostError, LocalReply};
+use crawlguard_core::metrics::Metrics;
+use crawlguard_core::request::{RequestState, Step};
+use crawlguard_core::store::SharedData;
+use crawlguard_core::worker::Worker;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -119,7 +123,11 @@ pub struct FakeHost {
 
 impl FakeHost {
     /// Defines a metric (for [`Metrics::define`]): ids 1, 2, ... in definition order.
-    pub fn define(&mut self, name: &str, _kind: crate::metrics::MetricKind) -> Option<u32> {
+    pub fn define(
+        &mut self,
+        name: &str,
+        _kind: crawlguard_core::metrics::MetricKind,
+    ) -> Option<u32> {
         let id = u32::try_from(self.metric_names.len() + 1).ok()?;
         self.metric_names.insert(id, name.to_string());
         Some(id)
@@ -327,12 +335,13 @@ impl FakeProxy {
     /// Envoy: give it a clone of the first one's store handle).
     ///
     /// An unset `store.hash_seed` is resolved as `on_configure` does it
-    /// ([`crate::store::resolve_hash_seed`]), with a fixed draw standing in for the random
+    /// ([`crawlguard_core::store::resolve_hash_seed`]), with a fixed draw standing in for the random
     /// one, so every worker over one store hashes alike.
     pub fn with_config(mut cfg: Config, now_ns: u64, store: Rc<MemStore>) -> FakeProxy {
-        let (seed, _) = crate::store::resolve_hash_seed(&*store, cfg.store.hash_seed, &mut || {
-            Some(0x5eed_5eed_5eed_5eed_u64)
-        });
+        let (seed, _) =
+            crawlguard_core::store::resolve_hash_seed(&*store, cfg.store.hash_seed, &mut || {
+                Some(0x5eed_5eed_5eed_5eed_u64)
+            });
         cfg.store.hash_seed = Some(seed);
         let mut host = FakeHost {
             now_ns: Some(now_ns),

@@ -32,7 +32,7 @@ pub use error::{ConfigError, MAX_ERROR_PART_BYTES};
 pub use headers::{key_header_is_list, KEY_REFUSED};
 
 /// The embedded default configuration (also shipped as `envoy/crawlguard.default.json`).
-pub const DEFAULT_CONFIG_JSON: &str = include_str!("../../envoy/crawlguard.default.json");
+pub const DEFAULT_CONFIG_JSON: &str = include_str!("../../../envoy/crawlguard.default.json");
 
 /// Name of the implicit route that matches every path no configured route matches.
 pub const DEFAULT_ROUTE: &str = "default";

@@ -19,7 +19,7 @@ fn class_variant(name: &str) -> &'static str {
 }
 
 fn main() {
-    println!("cargo:rerun-if-changed=contract/catalog/bots.json");
+    println!("cargo:rerun-if-changed=../contract/catalog/bots.json");
     println!("cargo:rerun-if-changed=build.rs");
     let catalog = match crawlguard_contract::catalog::Catalog::builtin() {
         Ok(c) => c,

@@ -555,11 +555,11 @@ fn shipped_examples_keep_every_class_limited() {
     for (name, doc) in [
         (
             "api-route.json",
-            include_str!("../../envoy/examples/api-route.json"),
+            include_str!("../../../envoy/examples/api-route.json"),
         ),
         (
             "cost-quotas.json",
-            include_str!("../../envoy/examples/cost-quotas.json"),
+            include_str!("../../../envoy/examples/cost-quotas.json"),
         ),
     ] {
         let c = parse(doc.as_bytes()).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -645,7 +645,7 @@ fn a_limit_may_be_keyed_by_user_agent_but_not_by_unsafe_headers() {
     cases.push((custom, refused("x-class", class)));
     assert_parse_outcomes(&cases);
     // Every refused name has its reason in the README's limits[].key row.
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../../README.md");
     for (name, _) in KEY_REFUSED {
         assert!(
             readme.contains(&format!("`{name}`")),
