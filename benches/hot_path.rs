@@ -2,12 +2,12 @@
 //! goes between classification and the store. `cargo bench --bench hot_path`; `make bench`
 //! measures the whole filter inside Envoy.
 
-use crawlguard_core::bucket::NS_PER_S;
-use crawlguard_core::catalog::builtin_catalog;
-use crawlguard_core::class::Class;
-use crawlguard_core::classify::Classifier;
 use crawlguard_core::config;
-use crawlguard_core::limiter::{decide, Limiter, RequestKeys};
+use crawlguard_core::identity::catalog::builtin_catalog;
+use crawlguard_core::identity::class::Class;
+use crawlguard_core::identity::classify::Classifier;
+use crawlguard_core::limits::bucket::NS_PER_S;
+use crawlguard_core::limits::limiter::{decide, Limiter, RequestKeys};
 use crawlguard_testkit::MemStore;
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
@@ -113,23 +113,24 @@ fn verify_lookup(c: &mut Criterion) {
             .collect();
         sets.push(set);
     }
-    let mut bots: Vec<(String, OutOfRange, usize)> = crawlguard_core::catalog::builtin_catalog()
-        .iter()
-        .filter(|b| b.verify)
-        .map(|b| (b.id.clone(), OutOfRange::Fcrdns, 0))
-        .collect();
+    let mut bots: Vec<(String, OutOfRange, usize)> =
+        crawlguard_core::identity::catalog::builtin_catalog()
+            .iter()
+            .filter(|b| b.verify)
+            .map(|b| (b.id.clone(), OutOfRange::Fcrdns, 0))
+            .collect();
     bots.retain(|b| b.0 != "gptbot");
     bots.push(("gptbot".into(), OutOfRange::Spoofed, 3));
     let table = parse(render(&sets, &bots).1.as_bytes()).expect("own document");
     let ip: std::net::IpAddr = "66.249.66.1".parse().expect("ip");
     assert_eq!(
         table.verdict(ip, "googlebot"),
-        Some(crawlguard_core::verify::Verdict::Verified)
+        Some(crawlguard_core::identity::verifier_answer::Verdict::Verified)
     );
     c.bench_function("verify/published_ranges_hit", |b| {
         b.iter(|| black_box(table.verdict(black_box(ip), black_box("googlebot"))))
     });
-    let cache = crawlguard_core::verdict_cache::VerdictCache::new(8_192, 8);
+    let cache = crawlguard_core::identity::verdict_cache::VerdictCache::new(8_192, 8);
     let store = MemStore::default();
     cache.precreate(&store).expect("precreate");
     let now = 1_700_000_000 * NS_PER_S;
@@ -137,7 +138,7 @@ fn verify_lookup(c: &mut Criterion) {
     let _ = cache.put_verdict(
         &store,
         fp,
-        crawlguard_core::verify::Verdict::Verified,
+        crawlguard_core::identity::verifier_answer::Verdict::Verified,
         now,
         now + 3_600 * NS_PER_S,
         0,

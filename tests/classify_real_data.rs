@@ -14,9 +14,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crawlguard_core::catalog::builtin_catalog;
-use crawlguard_core::class::Class;
-use crawlguard_core::classify::{Classification, Classifier};
+use crawlguard_core::identity::catalog::builtin_catalog;
+use crawlguard_core::identity::class::Class;
+use crawlguard_core::identity::classify::{Classification, Classifier};
 
 const CRAWLER_LIST: &str = "../shared/data/crawler-user-agents/crawler-user-agents.json";
 const UAP_TESTS: &str = "../shared/data/uap-core/test_ua.yaml";

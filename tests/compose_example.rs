@@ -6,9 +6,9 @@
 //! contract's bound for that configuration.
 
 use crawlguard_contract::fleet::overshoot_bound;
-use crawlguard_core::class::Class;
-use crawlguard_core::classify::Classifier;
 use crawlguard_core::config::KeyKind;
+use crawlguard_core::identity::class::Class;
+use crawlguard_core::identity::classify::Classifier;
 use serde_yaml_ng::Value;
 
 fn read(rel: &str) -> String {
@@ -98,7 +98,7 @@ fn the_tester_allows_exactly_the_contracts_overshoot_for_the_compose_fleet() {
     let cfg = compose_filter_config();
     // The fleet check's client is a MojeekBot: class other_bot, no verifier callout.
     let ua = tester_const("UA_MOJEEK");
-    let classifier = Classifier::new(crawlguard_core::catalog::builtin_catalog());
+    let classifier = Classifier::new(crawlguard_core::identity::catalog::builtin_catalog());
     let c = classifier.classify(Some(ua.as_bytes()));
     assert_eq!(c.class, Class::OtherBot, "{ua}");
     assert!(!c.bot.expect("a catalog entry").verify);

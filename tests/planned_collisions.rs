@@ -9,7 +9,7 @@
 //! differs between 32- and 64-bit targets, so helpers computed here do not collide there.)
 
 use crawlguard_core::config;
-use crawlguard_core::limiter::Limiter;
+use crawlguard_core::limits::limiter::Limiter;
 use crawlguard_core::request::Step;
 use crawlguard_core::store::PUBLISHED_HASH_SEED;
 use crawlguard_testkit::FakeProxy;

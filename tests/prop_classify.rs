@@ -8,9 +8,9 @@
 //!
 //! Cases: 256 by default; `PROPTEST_CASES=N` raises (or lowers) every test's count.
 
-use crawlguard_core::catalog::{builtin_catalog, builtin_human_rule, BotEntry};
-use crawlguard_core::class::Class;
-use crawlguard_core::classify::{Classification, Classifier};
+use crawlguard_core::identity::catalog::{builtin_catalog, builtin_human_rule, BotEntry};
+use crawlguard_core::identity::class::Class;
+use crawlguard_core::identity::classify::{Classification, Classifier};
 use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
 use std::sync::OnceLock;

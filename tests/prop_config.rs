@@ -7,11 +7,11 @@
 //!
 //! Cases: 256 by default; `PROPTEST_CASES=N` raises (or lowers) every test's count.
 
-use crawlguard_core::bucket::Rate;
-use crawlguard_core::class::Class;
 use crawlguard_core::config::{
     parse, Config, ConfigError, KeyKind, DEFAULT_CONFIG_JSON, MAX_REFILL_S,
 };
+use crawlguard_core::identity::class::Class;
+use crawlguard_core::limits::bucket::Rate;
 use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
 use serde_json::{json, Value};

@@ -9,11 +9,11 @@
 //!
 //! Cases: 256 by default; `PROPTEST_CASES=N` raises (or lowers) every test's count.
 
-use crawlguard_core::bucket::{self, BucketState, Rate, Take, NS_PER_S};
-use crawlguard_core::class::Class;
-use crawlguard_core::client_ip;
 use crawlguard_core::config::{self, Config};
-use crawlguard_core::limiter::{decide, Decision, Limiter, RequestKeys};
+use crawlguard_core::identity::class::Class;
+use crawlguard_core::identity::client_ip;
+use crawlguard_core::limits::bucket::{self, BucketState, Rate, Take, NS_PER_S};
+use crawlguard_core::limits::limiter::{decide, Decision, Limiter, RequestKeys};
 use crawlguard_core::request::path_only;
 use crawlguard_testkit::{Fault, MemStore};
 use proptest::prelude::*;

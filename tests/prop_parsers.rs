@@ -6,18 +6,18 @@
 //!
 //! Cases: 256 by default; `PROPTEST_CASES=N` raises (or lowers) every test's count.
 
-use crawlguard_core::bucket::BucketState;
-use crawlguard_core::class::Class;
-use crawlguard_core::client_ip::{client_ip, from_xff, masked, parse_addr};
 use crawlguard_core::config::{ClientIpConfig, IpSource, RetryAfter};
-use crawlguard_core::cost::CostState;
-use crawlguard_core::limiter::KeyState;
-use crawlguard_core::respond::retry_after_s;
-use crawlguard_core::rewrite::{http_date, parse_retry_after, UpstreamRetryAfter};
-use crawlguard_core::slot_table::{SlotTable, SlotValue};
+use crawlguard_core::identity::class::Class;
+use crawlguard_core::identity::client_ip::{client_ip, from_xff, masked, parse_addr};
+use crawlguard_core::identity::verdict_cache::{ClaimEntry, PrefixEntry};
+use crawlguard_core::identity::verifier_answer::{parse_response, Answer, Verdict, VerifyError};
+use crawlguard_core::limits::bucket::BucketState;
+use crawlguard_core::limits::cost::CostState;
+use crawlguard_core::limits::limiter::KeyState;
+use crawlguard_core::response::rejection::retry_after_s;
+use crawlguard_core::response::rewrite::{http_date, parse_retry_after, UpstreamRetryAfter};
+use crawlguard_core::store::slot_table::{SlotTable, SlotValue};
 use crawlguard_core::store::SharedData;
-use crawlguard_core::verdict_cache::{ClaimEntry, PrefixEntry};
-use crawlguard_core::verify::{parse_response, Answer, Verdict, VerifyError};
 use crawlguard_testkit::MemStore;
 use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;

@@ -34,7 +34,7 @@ fn readme_bot_table_lists_the_filters_catalog_in_match_order() {
         .take_while(|l| *l != end)
         .filter(|l| l.starts_with("| `"))
         .collect();
-    let catalog = crawlguard_core::catalog::builtin_catalog();
+    let catalog = crawlguard_core::identity::catalog::builtin_catalog();
     assert_eq!(rows.len(), catalog.len());
     for (row, b) in rows.iter().zip(&catalog) {
         let start = format!(
@@ -64,7 +64,7 @@ fn readme_documents_every_stat_family() {
         let generic = family.replace(".class.search_crawler", ".class.<class>");
         assert!(
             text.contains(&generic)
-                || crawlguard_core::class::Class::ALL
+                || crawlguard_core::identity::class::Class::ALL
                     .iter()
                     .any(|c| text.contains(&family.replace(c.as_str(), "<class>"))),
             "README does not document {name}"
@@ -167,9 +167,10 @@ fn readme_class_policies_and_default_limits_are_the_defaults() {
     for row in table_rows(&text) {
         let name = row[0].trim_matches('`');
         // The class table's third cell reads `min..max +0..jitter`.
-        if let (Some(class), [_, _, ra, status, escalation]) =
-            (crawlguard_core::class::Class::parse(name), row.as_slice())
-        {
+        if let (Some(class), [_, _, ra, status, escalation]) = (
+            crawlguard_core::identity::class::Class::parse(name),
+            row.as_slice(),
+        ) {
             if !ra.contains(" +0..") {
                 continue;
             }

@@ -11,9 +11,9 @@
 //! from one global counter) with a faster hash and in-place updates. The decision code, the
 //! worker and the verdict cache are the filter's own.
 
-use crawlguard_core::classify::Class;
 use crawlguard_core::config::Config;
 use crawlguard_core::host::{Callout, ContextId, Host, HostError, LocalReply};
+use crawlguard_core::identity::classify::Class;
 use crawlguard_core::metrics::Metrics;
 use crawlguard_core::request::{RequestState, Step};
 use crawlguard_core::store::{SharedData, StoreError};

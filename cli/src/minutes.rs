@@ -5,7 +5,7 @@
 //! [`MAX_MINUTE_ROWS`] minutes, about 69 days, in any order); a record for a minute already
 //! retired starts that minute anew, and [`Minutes::exact`] turns false.
 
-use crawlguard_core::classify::Class;
+use crawlguard_core::identity::classify::Class;
 use std::collections::BTreeMap;
 
 /// Minute rows held, at most (each about 100 bytes plus the map's overhead: ~14 MB).
@@ -17,7 +17,7 @@ pub const TOP_MINUTES: usize = 5;
 /// One minute of log time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Minute {
-    /// Requests per class ([`crawlguard_core::classify::Class::index`]).
+    /// Requests per class ([`crawlguard_core::identity::classify::Class::index`]).
     pub requests: [u32; Class::COUNT],
     /// Rejections (429 + 503) per class.
     pub rejected: [u32; Class::COUNT],

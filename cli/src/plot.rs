@@ -12,7 +12,7 @@
 //! drawn without text and a note says so.
 
 use crate::timeline::{coarser, width_words, Bin, PlotBins, Timeline};
-use crawlguard_core::classify::Class;
+use crawlguard_core::identity::classify::Class;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! Hand-written (no allocation, no time-zone database): both formats carry their offset.
 
 /// Days since 1970-01-01 of a proleptic Gregorian date: the filter's, for one algorithm.
-pub use crawlguard_core::rewrite::days_from_civil;
+pub use crawlguard_core::response::rewrite::days_from_civil;
 
 /// `(year, month, day)` of a day number (inverse of [`days_from_civil`]).
 pub fn civil_from_days(z: i64) -> (i64, u32, u32) {

@@ -10,7 +10,7 @@
 
 use crate::logfmt::LogRecord;
 use crate::report::Origin;
-use crawlguard_core::classify::Class;
+use crawlguard_core::identity::classify::Class;
 use std::collections::BTreeMap;
 
 /// Bin widths, seconds: 1 s .. 1 week; each divides the next, so bins merge exactly.

@@ -7,7 +7,7 @@ mod common;
 use common::APACHE_LOG;
 
 use crawlguard_cli::logfmt::{self, Format, LogRecord, UpstreamReach};
-use crawlguard_core::classify::Class;
+use crawlguard_core::identity::classify::Class;
 
 fn parse(fmt: Format, line: &str) -> Option<String> {
     let mut out = None;

@@ -13,8 +13,8 @@ use crawlguard_cli::report::Report;
 use crawlguard_cli::timeline::{
     width_words, Kind, PlotBins, Timeline, LADDER_S, MAX_PLOT_BINS, MAX_STORED_BINS,
 };
-use crawlguard_core::classify::Class;
 use crawlguard_core::config;
+use crawlguard_core::identity::classify::Class;
 use std::process::Command;
 
 /// One crawlguard-format line (envoy/envoy.yaml) at `ms` into 2026-12-01 07:00 UTC.

@@ -31,9 +31,9 @@
 //! states it, the host tests check it over every window of simulated fleets, and the
 //! integration tests measure it with real Envoys and Redis.
 
-use crate::bucket::{BucketState, Rate};
 use crate::config::{Config, DegradedShare};
 use crate::host::{Callout, Host};
+use crate::limits::bucket::{BucketState, Rate};
 use crate::store::{SharedData, StateKey, StoreError};
 use crate::worker::Worker;
 use crawlguard_contract::fleet::{self as wire, KeyUse, SyncRequest, SyncResponse};
@@ -598,7 +598,7 @@ fn failed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bucket::NS_PER_S;
+    use crate::limits::bucket::NS_PER_S;
 
     const T0: u64 = 1_700_000_000 * NS_PER_S;
 
@@ -668,7 +668,7 @@ mod tests {
             degraded_share: DegradedShare::Split,
         }
         .local_rate(fleet); // 5 tokens, 1 s
-        let tokens = |tat| crate::bucket::tokens(Some(folded(T0, tat)), T0, local);
+        let tokens = |tat| crate::limits::bucket::tokens(Some(folded(T0, tat)), T0, local);
         // Fleet full: each replica gets half the burst.
         assert_eq!(tokens(folded_tat(T0, fleet, local, 0, 2, 0)), 5);
         // 6 of 10 free: 3 each; minus 1 taken since the sync left.
@@ -679,8 +679,8 @@ mod tests {
         assert_eq!(tokens(folded_tat(T0, fleet, local, 2 * NS_PER_S, 2, 0)), 0);
         let tat = folded_tat(T0, fleet, local, 2 * NS_PER_S + 600_000_000, 2, 0);
         assert_eq!(tat - T0, NS_PER_S + 600_000_000);
-        match crate::bucket::take(Some(folded(T0, tat)), T0, local) {
-            crate::bucket::Take::Limited { wait_ns } => assert_eq!(wait_ns, 800_000_000),
+        match crate::limits::bucket::take(Some(folded(T0, tat)), T0, local) {
+            crate::limits::bucket::Take::Limited { wait_ns } => assert_eq!(wait_ns, 800_000_000),
             other => panic!("expected limited, got {other:?}"),
         }
         // A huge debt is capped at 16 capacities; u64::MAX never overflows.

@@ -1,7 +1,7 @@
 //! The one seam between crawlguard's request logic and the proxy: [`Host`].
 //!
 //! Everything the request machine ([`crate::request`]) and the per-worker verification
-//! ([`crate::verification`]) need from Envoy goes through this trait: the current request's
+//! ([`crate::identity::verification`]) need from Envoy goes through this trait: the current request's
 //! headers and downstream address, time, randomness, local replies, resuming a paused
 //! request, counters, shared data, verifier callouts and switching between request contexts.
 //! `wasm_host.rs` implements it over the proxy-wasm ABI; [`crate::fake_host`] implements it

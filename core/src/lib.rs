@@ -7,12 +7,19 @@
 //! `wasm_host.rs` is the one `Host` over the proxy-wasm ABI. The `crawlguard-testkit` crate
 //! holds the host fake the tests drive it with.
 //!
-//! In the order a request meets them: [`client_ip`], [`classify`] (the matcher over the
-//! [`catalog`], giving a [`class`]), [`verification`] ([`ranges`], [`verdict_cache`], [`flights`],
-//! [`verify`]), [`shedding`] ([`origin_health`], [`top_clients`]), [`limiter`] ([`bucket`], [`escalation`],
-//! [`store`], [`slot_table`], [`local_store`], [`lease`], and in fleet mode [`fleet`]), [`respond`], and
-//! on the way back [`rewrite`]; [`metrics`] counts it all; [`config`] is parsed once per
-//! worker. README's "Code map" has one line per module.
+//! The folders are the domains, in the order a request meets them:
+//! - [`identity`]: who the client is: its address, the User-Agent's class and claim, and
+//!   the claim's verification (published ranges, cached verdicts, verifier callouts);
+//! - [`protection`]: the origin's health and the shed level per route;
+//! - [`limits`]: the limit decision over token buckets, Retry-After compliance,
+//!   escalation, costs and leases;
+//! - [`store`]: where limit state lives (shared-data slot table, per-worker fallback);
+//!   [`fleet`] syncs it across Envoys;
+//! - [`response`]: our rejections, and the origin's responses rewritten on the way back.
+//!
+//! [`request`] is one request through them, [`worker`] composes a worker's state and the
+//! root context's events, [`host`] is the seam to the proxy, [`metrics`] counts it all,
+//! [`config`] is parsed once per worker. ARCHITECTURE.md is the map.
 //! What the filter shares with the verifier sidecar (wire types, bot ids, the catalog data
 //! file) is in the `crawlguard-contract` crate.
 
@@ -20,32 +27,14 @@
 // Cargo.toml: no unwrap, expect, panic or indexing outside tests; each local exception says
 // why it cannot fail.
 
-pub mod bucket;
-pub mod catalog;
-pub mod class;
-pub mod classify;
-pub mod client_ip;
 pub mod config;
-pub mod cost;
-pub mod escalation;
 pub mod fleet;
-pub mod flights;
 pub mod host;
-pub mod lease;
-pub mod limit_decision;
-pub mod limiter;
-pub mod local_store;
+pub mod identity;
+pub mod limits;
 pub mod metrics;
-pub mod origin_health;
-pub mod ranges;
+pub mod protection;
 pub mod request;
-pub mod respond;
-pub mod rewrite;
-pub mod shedding;
-pub mod slot_table;
+pub mod response;
 pub mod store;
-pub mod top_clients;
-pub mod verdict_cache;
-pub mod verification;
-pub mod verify;
 pub mod worker;

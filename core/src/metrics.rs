@@ -28,10 +28,10 @@
 //! [`Metrics::define`] is the one list: [`names`] runs it with a recorder, the filter with
 //! the host's `define_metric`, so the names and the ids cannot drift.
 
-use crate::class::Class;
 use crate::config::Config;
-use crate::escalation::Visit;
-use crate::limiter::{Decision, LimitResult};
+use crate::identity::class::Class;
+use crate::limits::escalation::Visit;
+use crate::limits::limiter::{Decision, LimitResult};
 
 /// Decisions counted per class.
 pub const DECISIONS: [&str; 7] = [
@@ -141,7 +141,7 @@ pub enum VerifyEvent {
     /// `spoofed` without a callout: the client's prefix already produced
     /// `verifier.max_spoofed_per_prefix` spoofed verdicts.
     PrefixSpoofed,
-    /// `verified` without a callout: inside the bot's published ranges ([`crate::ranges`]).
+    /// `verified` without a callout: inside the bot's published ranges ([`crate::identity::published_ranges`]).
     RangeVerified,
     /// `spoofed` without a callout: outside the published ranges of a bot without FCrDNS.
     RangeSpoofed,
@@ -416,7 +416,7 @@ impl Metrics {
     }
 
     /// Counts a normalised upstream response: its status and each fix.
-    pub fn record_rewrite(&self, plan: &crate::rewrite::Plan, inc: &mut dyn FnMut(u32)) {
+    pub fn record_rewrite(&self, plan: &crate::response::rewrite::Plan, inc: &mut dyn FnMut(u32)) {
         let f = plan.fixes;
         let flags = [
             f.retry_after_added,
@@ -455,7 +455,7 @@ pub fn names(cfg: &Config) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::config;
-    use crate::limiter::{OverLimit, StoreEvents};
+    use crate::limits::limiter::{OverLimit, StoreEvents};
     use std::collections::HashMap;
 
     /// Defines `cfg`'s counters with ids 100, 101, ... and returns them with a name lookup.
@@ -578,10 +578,10 @@ mod tests {
                 "crawlguard.exempt"
             ]
         );
-        let plan = crate::rewrite::Plan {
+        let plan = crate::response::rewrite::Plan {
             status: 503,
             retry_after_s: 5,
-            fixes: crate::rewrite::Fixes {
+            fixes: crate::response::rewrite::Fixes {
                 retry_after_converted: true,
                 cache_control_replaced: true,
                 ..Default::default()

@@ -14,14 +14,14 @@
 //! crawlguard itself is never rewritten. `filter.rs` only translates callbacks into these
 //! calls.
 
-use crate::class::Class;
-use crate::client_ip;
 use crate::config::{Config, IpSource, KeyKind};
-use crate::flights::{Claim, Waiter};
 use crate::host::{ContextId, Host, LocalReply};
-use crate::limiter::{self, Decision, RequestKeys, Reservation};
-use crate::respond;
-use crate::verification::{self, Check};
+use crate::identity::class::Class;
+use crate::identity::client_ip;
+use crate::identity::verification::{self, Check};
+use crate::identity::verifier_flights::{Claim, Waiter};
+use crate::limits::limiter::{self, Decision, RequestKeys, Reservation};
+use crate::response::rejection;
 use crate::worker::Worker;
 use std::cell::RefCell;
 use std::net::IpAddr;
@@ -314,8 +314,8 @@ impl RequestState {
                 host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
                 return if self.reply(
                     host,
-                    &respond::malformed_key(),
-                    respond::DETAILS_MALFORMED_KEY,
+                    &rejection::malformed_key(),
+                    rejection::DETAILS_MALFORMED_KEY,
                 ) {
                     Step::Pause
                 } else {
@@ -343,10 +343,10 @@ impl RequestState {
                 (f64::from(l.burst) / l.rate_per_s).ceil() as u64,
             )
         });
-        let rej = respond::rejection(r.status, r.retry_after_s, rl);
+        let rej = rejection::rejection(r.status, r.retry_after_s, rl);
         // Annotate the rejected request too, so access logs show the class (%REQ(...)%).
         host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
-        if self.reply(host, &rej, respond::DETAILS_LIMITED) {
+        if self.reply(host, &rej, rejection::DETAILS_LIMITED) {
             Step::Pause
         } else {
             self.forward(cfg, host, class, Vec::new())
@@ -379,10 +379,10 @@ impl RequestState {
             return None;
         }
         let wait_ns = u64::from(sh.step_s).saturating_mul(1_000_000_000);
-        let ra = respond::retry_after_s(wait_ns, &sh.retry_after, w.next_random());
-        let rej = respond::rejection(503, ra, None);
+        let ra = rejection::retry_after_s(wait_ns, &sh.retry_after, w.next_random());
+        let rej = rejection::rejection(503, ra, None);
         host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
-        if self.reply(host, &rej, respond::DETAILS_SHED) {
+        if self.reply(host, &rej, rejection::DETAILS_SHED) {
             Some(Step::Pause)
         } else {
             Some(self.forward(cfg, host, class, Vec::new()))
@@ -390,7 +390,7 @@ impl RequestState {
     }
 
     /// Sends `rej` as a local reply; false if the host refused (the caller fails open).
-    fn reply(&mut self, host: &mut dyn Host, rej: &respond::Rejection, details: &str) -> bool {
+    fn reply(&mut self, host: &mut dyn Host, rej: &rejection::Rejection, details: &str) -> bool {
         let sent = host
             .send_reply(&LocalReply {
                 status: rej.status,
@@ -468,11 +468,13 @@ fn verify_claim(
         .and_then(|r| r.verdict(ip, bot_id));
     if let Some(v) = by_ranges {
         let event = match v {
-            crate::verify::Verdict::Verified => crate::metrics::VerifyEvent::RangeVerified,
+            crate::identity::verifier_answer::Verdict::Verified => {
+                crate::metrics::VerifyEvent::RangeVerified
+            }
             _ => crate::metrics::VerifyEvent::RangeSpoofed,
         };
         w.count_verify(host, event);
-        return Some(crate::verify::class_for(v, bot_class));
+        return Some(crate::identity::verifier_answer::class_for(v, bot_class));
     }
     let prefix = facts.client_prefix.unwrap_or(ip);
     let (fp, prefix_fp) = match w.limiter.try_borrow() {

@@ -3,19 +3,19 @@
 //! Also the root context's events, in plain Rust: a wake-up to dispatch verifier callouts,
 //! a callout's answer, the periodic tick, and going away.
 
-use crate::class::Class;
 use crate::config::Config;
 use crate::fleet::{self, SyncState};
-use crate::flights::Flights;
 use crate::host::Host;
-use crate::limiter::Limiter;
+use crate::identity::class::Class;
+use crate::identity::published_ranges::{self, RangesState};
+use crate::identity::verdict_cache::VerdictCache;
+use crate::identity::verification::{self, Resolution};
+use crate::identity::verifier_flights::Flights;
+use crate::limits::limiter::Limiter;
 use crate::metrics::{Metrics, VerifyEvent, STATS_FLUSH_MS};
-use crate::origin_health::{self, Counts, Window};
-use crate::ranges::{self, RangesState};
+use crate::protection::origin_health::{self, Counts, Window};
+use crate::protection::shedding;
 use crate::request::{self, Handle};
-use crate::shedding;
-use crate::verdict_cache::VerdictCache;
-use crate::verification::{self, Resolution};
 use std::cell::{Cell, RefCell};
 use std::net::IpAddr;
 
@@ -73,7 +73,7 @@ pub struct Worker {
     last_shedding_ns: Cell<Option<u64>>,
     /// Fleet mode: the sync in flight, degraded time, warnings.
     pub fleet_sync: RefCell<SyncState>,
-    /// The sidecar's published ranges in use and their fetch ([`crate::ranges`]).
+    /// The sidecar's published ranges in use and their fetch ([`crate::identity::published_ranges`]).
     pub ranges: RefCell<RangesState>,
     /// A root wake-up is already queued (one is enough for any number of new flights).
     wake_pending: Cell<bool>,
@@ -206,7 +206,7 @@ impl Worker {
             .try_borrow()
             .is_ok_and(|r| r.is_in_flight(token))
         {
-            return ranges::on_response(self, host, status, body);
+            return published_ranges::on_response(self, host, status, body);
         }
         let resumed = verification::on_callout_response(self, host, token, status, body, now);
         self.resume(host, resumed);
@@ -222,7 +222,7 @@ impl Worker {
         client: Option<IpAddr>,
     ) {
         let threshold_ms = self.cfg.shedding.thresholds_of(route).latency_ms;
-        let client = client.unwrap_or(crate::top_clients::UNKNOWN_CLIENT);
+        let client = client.unwrap_or(crate::protection::top_clients::UNKNOWN_CLIENT);
         if let Ok(mut h) = self.health.try_borrow_mut() {
             if let Some(c) = h.get_mut(route) {
                 c.record(latency_ms, error, client, threshold_ms);
@@ -366,7 +366,7 @@ impl Worker {
     /// that resumes requests whose deadline passed.
     pub fn on_tick(&self, host: &mut dyn Host) {
         let tick_ns = u64::from(Self::tick_period_ms(&self.cfg)) * 1_000_000;
-        // Unspent leased tokens go back to their buckets every tick (crate::lease).
+        // Unspent leased tokens go back to their buckets every tick (crate::limits::lease).
         if let Ok(mut l) = self.limiter.try_borrow_mut() {
             l.return_leases(host.shared_data());
         }
@@ -374,7 +374,7 @@ impl Worker {
             if self.cfg.fleet.enabled {
                 fleet::tick(self, host, now, tick_ns);
             }
-            ranges::tick(self, host, now);
+            published_ranges::tick(self, host, now);
             // Half a tick of slack: timers fire a little early or late.
             let second_due = self.last_shedding_ns.get().is_none_or(|t| {
                 now.saturating_add(tick_ns / 2)
@@ -432,7 +432,7 @@ fn log_level_applied(route: &str, level: u8) {
 /// or 5xx).
 fn log_few_clients(cfg: &crate::config::Config, route: &str, window: &Window) {
     // The heaviest first, by selection (no sort code in the module for a log line).
-    let mut rows: Vec<&crate::top_clients::ClientRow> = window.clients.iter().collect();
+    let mut rows: Vec<&crate::protection::top_clients::ClientRow> = window.clients.iter().collect();
     let mut heaviest = Vec::new();
     for _ in 0..cfg.shedding.min_clients.saturating_sub(1).max(1) {
         let Some(i) = (0..rows.len()).max_by_key(|i| rows.get(*i).map(|r| r.weight())) else {

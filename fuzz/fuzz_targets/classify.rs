@@ -2,9 +2,9 @@
 //! result is the same in any ASCII case and consistent with the matched catalog entry.
 #![no_main]
 
-use crawlguard_core::catalog::builtin_catalog;
-use crawlguard_core::class::Class;
-use crawlguard_core::classify::Classifier;
+use crawlguard_core::identity::catalog::builtin_catalog;
+use crawlguard_core::identity::class::Class;
+use crawlguard_core::identity::classify::Classifier;
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
 

@@ -4,7 +4,7 @@
 //! `hops` from the right; masking is idempotent and keeps no bit beyond the prefix.
 #![no_main]
 
-use crawlguard_core::client_ip::{client_ip, from_xff, masked, parse_addr};
+use crawlguard_core::identity::client_ip::{client_ip, from_xff, masked, parse_addr};
 use crawlguard_core::config::{ClientIpConfig, IpSource};
 use libfuzzer_sys::fuzz_target;
 use std::net::IpAddr;

@@ -3,7 +3,7 @@
 //! burst, refill time within one year).
 #![no_main]
 
-use crawlguard_core::bucket::Rate;
+use crawlguard_core::limits::bucket::Rate;
 use crawlguard_core::config::{parse, MAX_REFILL_S};
 use libfuzzer_sys::fuzz_target;
 

@@ -4,7 +4,7 @@
 //! the same second; delay-seconds parse to the exact (saturating) number.
 #![no_main]
 
-use crawlguard_core::rewrite::{http_date, parse_retry_after, UpstreamRetryAfter};
+use crawlguard_core::response::rewrite::{http_date, parse_retry_after, UpstreamRetryAfter};
 use libfuzzer_sys::fuzz_target;
 
 const MAX_T: u64 = 253_402_300_799; // 9999-12-31T23:59:59Z

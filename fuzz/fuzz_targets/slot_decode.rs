@@ -3,10 +3,10 @@
 //! (`header_map`). Never panics; whatever decodes re-encodes to the same bytes.
 #![no_main]
 
-use crawlguard_core::slot_table::{SlotTable, SlotValue};
+use crawlguard_core::store::slot_table::{SlotTable, SlotValue};
 use crawlguard_testkit::MemStore;
-use crawlguard_core::limiter::KeyState;
-use crawlguard_core::verdict_cache::ClaimEntry;
+use crawlguard_core::limits::limiter::KeyState;
+use crawlguard_core::identity::verdict_cache::ClaimEntry;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

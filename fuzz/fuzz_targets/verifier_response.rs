@@ -4,7 +4,7 @@
 //! verdict and ttl_s that the body's JSON says, for the ip and bot asked.
 #![no_main]
 
-use crawlguard_core::verify::{parse_response, VerifyError};
+use crawlguard_core::identity::verifier_answer::{parse_response, VerifyError};
 use libfuzzer_sys::fuzz_target;
 use std::net::IpAddr;
 

@@ -7,7 +7,7 @@ use crawlguard_sidecar::catalog::builtin_bots;
 use crawlguard_sidecar::config::Config;
 
 fn filter_ids() -> Vec<String> {
-    crawlguard_core::catalog::builtin_catalog()
+    crawlguard_core::identity::catalog::builtin_catalog()
         .into_iter()
         .filter(|e| e.verify)
         .map(|e| e.id)
@@ -57,7 +57,7 @@ fn the_default_sidecar_configuration_has_methods_for_every_id_the_filter_sends()
 #[test]
 fn unverifiable_filter_bots_are_unknown_to_the_sidecar() {
     let catalog = Config::default().catalog().expect("default catalog");
-    let unverifiable: Vec<String> = crawlguard_core::catalog::builtin_catalog()
+    let unverifiable: Vec<String> = crawlguard_core::identity::catalog::builtin_catalog()
         .into_iter()
         .filter(|e| !e.verify)
         .map(|e| e.id)

@@ -2,7 +2,7 @@
 
 use super::{first_forwarded, limit_name, opt, reach_of_details, LogRecord, UpstreamReach};
 use crate::time;
-use crawlguard_core::classify::Class;
+use crawlguard_core::identity::classify::Class;
 use serde::Deserialize;
 use std::borrow::Cow;
 

@@ -29,8 +29,8 @@ mod text;
 pub use json::parse_envoy_json;
 pub use text::{parse_combined, parse_crawlguard, parse_envoy_default};
 
-use crawlguard_core::classify::Class;
-use crawlguard_core::respond::DETAILS_NORMALISED;
+use crawlguard_core::identity::classify::Class;
+use crawlguard_core::response::rejection::DETAILS_NORMALISED;
 
 /// A log format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]

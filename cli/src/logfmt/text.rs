@@ -5,7 +5,7 @@ use super::{
     first_forwarded, limit_name, num_u32, opt, reach_of_details, LogRecord, UpstreamReach,
 };
 use crate::time;
-use crawlguard_core::classify::Class;
+use crawlguard_core::identity::classify::Class;
 
 fn status(v: &[u8]) -> Option<u16> {
     if v.len() != 3 && v != b"0" {

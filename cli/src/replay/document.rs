@@ -5,8 +5,8 @@ use super::{Prediction, Replay, CRAWLER_WARN_SHARE, SCHEMA};
 use crate::status::StatusBucket;
 use crate::table::share;
 use crate::time;
-use crawlguard_core::classify::Class;
 use crawlguard_core::config::KeyKind;
+use crawlguard_core::identity::classify::Class;
 use serde::Serialize;
 
 impl Replay {

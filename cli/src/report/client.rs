@@ -1,7 +1,7 @@
 //! Clients as logged, and what the top-talker table keeps of each.
 
 use super::CLIENT_NAME_BYTES;
-use crawlguard_core::classify::Class;
+use crawlguard_core::identity::classify::Class;
 use std::net::IpAddr;
 
 /// A client address as logged: an IP when it parses, else the text.

@@ -5,7 +5,7 @@ use super::{Report, SCHEMA};
 use crate::input::FileStats;
 use crate::minutes::Minute;
 use crate::time;
-use crawlguard_core::classify::Class;
+use crawlguard_core::identity::classify::Class;
 use serde::Serialize;
 use std::collections::BTreeMap;
 

@@ -5,7 +5,7 @@ use crate::logfmt::{is_upstream_answer, LogRecord, UpstreamReach};
 use crate::stats::MsHist;
 use crate::status::StatusBucket;
 use crate::table::share;
-use crawlguard_core::respond::{DETAILS_LIMITED, DETAILS_SHED};
+use crawlguard_core::response::rejection::{DETAILS_LIMITED, DETAILS_SHED};
 
 /// Who produced a rejection (429/503).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -24,8 +24,8 @@ use crate::logfmt::LogRecord;
 use crate::minutes::Minutes;
 use crate::stats::Heavy;
 use crate::timeline::{Kind, Timeline};
-use crawlguard_core::classify::Class;
 use crawlguard_core::config::Config;
+use crawlguard_core::identity::classify::Class;
 use crawlguard_core::request::path_only;
 use std::collections::{BTreeMap, HashMap};
 

@@ -5,9 +5,9 @@
 use super::defaults::default_policy;
 use super::raw::RawClassPolicy;
 use super::{err, BotsMode, ClassPolicy, ConfigError};
-use crate::catalog::{builtin_catalog, BotEntry};
-use crate::class::Class;
-use crate::classify::Classifier;
+use crate::identity::catalog::{builtin_catalog, BotEntry};
+use crate::identity::class::Class;
+use crate::identity::classify::Classifier;
 use crawlguard_contract::bot_id::is_valid_bot_id;
 use std::collections::{BTreeMap, HashSet};
 
@@ -75,7 +75,7 @@ pub(super) fn compile_bots(bots: Vec<BotEntry>, mode: BotsMode) -> Result<Classi
 /// browser-shaped; default the catalog's (`other_bot`); `human` turns the human rule off.
 pub(super) fn compile_non_browser_class(class: Option<Class>) -> Result<Class, ConfigError> {
     match class {
-        None => Ok(crate::catalog::builtin_human_rule().non_browser_class),
+        None => Ok(crate::identity::catalog::builtin_human_rule().non_browser_class),
         Some(c @ (Class::OtherBot | Class::Script | Class::Human)) => Ok(c),
         Some(c) => Err(err(
             "non_browser_class",

@@ -325,7 +325,7 @@ fn compile_shedding(
         }
     }
     let window_s = raw.window_s.unwrap_or(d::WINDOW_S);
-    if !(1..=crate::origin_health::MAX_WINDOW_S as u32).contains(&window_s) {
+    if !(1..=crate::protection::origin_health::MAX_WINDOW_S as u32).contains(&window_s) {
         return Err(err("shedding.window_s", "must be 1..=60"));
     }
     let step_s = raw.step_s.unwrap_or(d::STEP_S);
@@ -333,7 +333,7 @@ fn compile_shedding(
         return Err(err("shedding.step_s", "must be 1..=3600"));
     }
     let min_clients = raw.min_clients.unwrap_or(d::MIN_CLIENTS);
-    if !(1..=crate::top_clients::TOP_CLIENTS as u32).contains(&min_clients) {
+    if !(1..=crate::protection::top_clients::TOP_CLIENTS as u32).contains(&min_clients) {
         return Err(err("shedding.min_clients", "must be 1..=8"));
     }
     let min_requests = raw.min_requests.unwrap_or(d::MIN_REQUESTS);

@@ -7,7 +7,7 @@ use super::{
     ClassPolicy, ClientIpConfig, DegradedShare, Escalation, FleetConfig, IpSource, OnError,
     RetryAfter, RewriteConfig, StoreConfig, VerifierConfig,
 };
-use crate::class::Class;
+use crate::identity::class::Class;
 
 /// Never used (see [`Config::policy`]); the human defaults.
 pub(super) const FALLBACK_POLICY: ClassPolicy = ClassPolicy {
@@ -184,8 +184,8 @@ impl Default for RewriteConfig {
 /// Shedding defaults: off; judged over 10 s with at least 20 responses; unhealthy above a
 /// p95 of 2 s or 20% 5xx; one class per 10 s; shed requests retry in 15-30 s.
 pub(super) mod shedding {
-    use crate::class::Class;
     use crate::config::RetryAfter;
+    use crate::identity::class::Class;
 
     /// `shedding.enabled`.
     pub const ENABLED: bool = false;

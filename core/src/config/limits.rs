@@ -6,8 +6,8 @@ use super::defaults;
 use super::headers::{key_header_name, taken_over_header_name};
 use super::raw::RawLimit;
 use super::{err, ConfigError, Cost, KeyKind, Limit, Mode, Route, DEFAULT_ROUTE, MAX_REFILL_S};
-use crate::bucket::Rate;
-use crate::class::Class;
+use crate::identity::class::Class;
+use crate::limits::bucket::Rate;
 use std::collections::HashSet;
 
 /// Why `header:user-agent` needs a class: anyone can send a crawler's exact User-Agent, so

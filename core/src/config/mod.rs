@@ -21,9 +21,9 @@ mod limits;
 mod raw;
 mod warnings;
 
-use crate::bucket::Rate;
-use crate::class::Class;
-use crate::classify::Classifier;
+use crate::identity::class::Class;
+use crate::identity::classify::Classifier;
+use crate::limits::bucket::Rate;
 use serde::Deserialize;
 
 pub use defaults::DEFAULT_CLASS_HEADER;
@@ -193,10 +193,10 @@ pub struct Limit {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cost {
     /// Tokens reserved per request at least (1..=burst); a key reserves its last settled
-    /// cost when that is more ([`crate::cost`]).
+    /// cost when that is more ([`crate::limits::cost`]).
     pub reserve: u32,
     /// Reservations of one key in flight at once (1..=255), the bound on how many requests
-    /// can pass on a reservation smaller than their cost ([`crate::cost`]).
+    /// can pass on a reservation smaller than their cost ([`crate::limits::cost`]).
     pub max_in_flight: u8,
     /// Lowercase response header carrying the actual cost (a whole number).
     pub from_response_header: String,
@@ -277,7 +277,7 @@ pub struct VerifierConfig {
     pub max_spoofed_per_prefix: u32,
     /// How often this Envoy fetches the sidecar's published ranges (`GET /v1/ranges`), s
     /// (0..=86400; 0: never, every claim goes to the sidecar). Claims of bots the sidecar
-    /// verifies by ranges are then decided without a callout ([`crate::ranges`]).
+    /// verifies by ranges are then decided without a callout ([`crate::identity::published_ranges`]).
     pub ranges_refresh_s: u32,
 }
 
@@ -364,7 +364,7 @@ pub struct Shedding {
     pub step_s: u32,
     /// Each client prefix counts for at most as many slow (or failed) responses as the
     /// `min_clients`-th heaviest, so fewer clients than this cannot make the origin look
-    /// unhealthy (1..=[`crate::top_clients::TOP_CLIENTS`]; 1 counts every response as is).
+    /// unhealthy (1..=[`crate::protection::top_clients::TOP_CLIENTS`]; 1 counts every response as is).
     pub min_clients: u32,
     /// Classes in the order they are shed, lowest priority first.
     pub order: Vec<Class>,

@@ -4,8 +4,8 @@
 use super::{
     BotsMode, ClientIpConfig, FleetConfig, Mode, RewriteConfig, Route, StoreConfig, VerifierConfig,
 };
-use crate::catalog::BotEntry;
-use crate::class::Class;
+use crate::identity::catalog::BotEntry;
+use crate::identity::class::Class;
 use serde::de::{Error as _, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;

@@ -6,8 +6,8 @@
 use super::defaults::default_limits;
 use super::StoreConfig;
 use super::{ClassPolicy, Limit, Mode, Route, DEFAULT_ROUTE};
-use crate::bucket::NS_PER_S;
-use crate::class::Class;
+use crate::identity::class::Class;
+use crate::limits::bucket::NS_PER_S;
 use crate::store::PUBLISHED_HASH_SEED;
 
 /// One warning per (limit, class it applies to) whose refill interval, `1 / rate_per_s`, is

@@ -3,8 +3,8 @@
 
 use super::{Phase, RequestState, Step};
 use crate::host::Host;
-use crate::respond;
-use crate::rewrite;
+use crate::response::rejection;
+use crate::response::rewrite;
 use crate::worker::Worker;
 
 /// The cost an origin reports: a whole number of tokens, at most 1,000,000 (`None` for
@@ -97,8 +97,8 @@ impl RequestState {
             plan.retry_after_s,
             plan.fixes
         );
-        let rej = respond::rejection(plan.status, plan.retry_after_s, None);
-        if self.reply(host, &rej, respond::DETAILS_NORMALISED) {
+        let rej = rejection::rejection(plan.status, plan.retry_after_s, None);
+        if self.reply(host, &rej, rejection::DETAILS_NORMALISED) {
             Step::Pause
         } else {
             Step::Continue
@@ -107,7 +107,7 @@ impl RequestState {
 
     /// The stream ended (Envoy's access-log callback, after everything else): reservations
     /// no response settled (the client or the origin went away first) settle at what they
-    /// reserved, which ends their flight ([`crate::cost`]).
+    /// reserved, which ends their flight ([`crate::limits::cost`]).
     pub fn on_stream_end(&mut self, w: &Worker, host: &mut dyn Host) {
         if self.is_awaiting_verdict() {
             self.phase = Phase::Ended;

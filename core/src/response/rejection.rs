@@ -10,7 +10,7 @@ use crate::config::RetryAfter;
 /// `clamp(ceil(wait_ns / 1e9), min_s, max_s) + jitter`, where `jitter` is `random % (jitter_s
 /// + 1)` (uniform 0..=jitter_s). Never 0.
 pub fn retry_after_s(wait_ns: u64, policy: &RetryAfter, random: u32) -> u32 {
-    let clamped = clamp_s(wait_ns.div_ceil(crate::bucket::NS_PER_S), policy);
+    let clamped = clamp_s(wait_ns.div_ceil(crate::limits::bucket::NS_PER_S), policy);
     let jitter = random % policy.jitter_s.saturating_add(1).max(1);
     clamped.saturating_add(jitter)
 }

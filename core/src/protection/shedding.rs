@@ -4,7 +4,7 @@
 //!
 //! The level lives in shared data (`cg:shed:<route>`), so every worker treats a request the
 //! same; workers cache it in VM memory on each root tick, so the request path reads no
-//! shared data. On each tick a worker judges the route's window ([`crate::origin_health`]):
+//! shared data. On each tick a worker judges the route's window ([`crate::protection::origin_health`]):
 //! unhealthy (p95 above `latency_ms` or a 5xx share above `error_ratio`, with at least
 //! `min_requests` responses, no client prefix counting for more slow or failed responses
 //! than the `min_clients`-th heaviest: [`judge`]) raises the level one class, healthy
@@ -13,10 +13,10 @@
 
 use crate::config::ShedThresholds;
 #[cfg(doc)]
-use crate::origin_health::Tally;
-use crate::origin_health::Window;
+use crate::protection::origin_health::Tally;
+use crate::protection::origin_health::Window;
+use crate::protection::top_clients;
 use crate::store::{SharedData, StoreError};
-use crate::top_clients;
 
 /// Shared-data key prefix of a route's level (`cg:shed:<route>`).
 pub const LEVEL_PREFIX: &str = "cg:shed:";
@@ -172,7 +172,7 @@ pub fn step(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::origin_health::Counts;
+    use crate::protection::origin_health::Counts;
     use crate::store::mem::MemStore;
     use std::net::IpAddr;
 
@@ -190,7 +190,7 @@ mod tests {
             c.record(ms, i < errors, IpAddr::from([192, 0, 2, client]), 100);
         }
         w.tally.add(&c.tally);
-        crate::top_clients::sum_rows(&mut w.clients, c.clients.rows());
+        crate::protection::top_clients::sum_rows(&mut w.clients, c.clients.rows());
     }
 
     fn view(n: u32, ms: u64, errors: u32) -> Window {

@@ -8,9 +8,9 @@
 //! not hand a verified crawler to the unverified bucket. A failed callout also starts a
 //! backoff (`error_ttl_s`) during which the claim is not called out again.
 
-use crate::slot_table::{read_u64, write_u64, SlotTable, SlotValue};
+use crate::identity::verifier_answer::Verdict;
+use crate::store::slot_table::{read_u64, write_u64, SlotTable, SlotValue};
 use crate::store::{SharedData, StoreError, StoreFault};
-use crate::verify::Verdict;
 
 /// Shared-data key prefix of claim slots.
 pub const CLAIM_PREFIX: &str = "cg:v:";

@@ -7,9 +7,9 @@
 //! then all settle high (60 concurrent listings of 1,000 items, reserve 20, burst 1,000: 50
 //! admitted, 50,000 items spent). Two rules bound that overspend:
 //! - at most `cost.max_in_flight` reservations of one client (its address, an IPv6 client's
-//!   /48: [`crate::client_ip::concurrency_prefix`]) are in flight at once under a limit,
+//!   /48: [`crate::identity::client_ip::concurrency_prefix`]) are in flight at once under a limit,
 //!   whatever the limit's key, counted in the client's flight state under the limit
-//!   ([`crate::limiter::Limiter::take_flight`]), so no client's stalled requests hold a shared
+//!   ([`crate::limits::limiter::Limiter::take_flight`]), so no client's stalled requests hold a shared
 //!   key (`global`, the "missing" key) or a named one at its cap;
 //! - a key reserves what its last settled request cost (at least `cost.reserve`, at most
 //!   `burst`), so once one response has settled, requests in flight together each hold
@@ -19,7 +19,7 @@
 //! per Envoy; a key in debt admits nothing until the debt is repaid (the bucket's own rule).
 //! A limit key's state uses only `last_cost`; a client's flight state only the counts.
 
-use crate::bucket::NS_PER_S;
+use crate::limits::bucket::NS_PER_S;
 
 /// Length of one flight epoch, seconds. A reservation counts in the epoch it was taken in
 /// and in the next one, then it is forgotten whether or not it settled: a count whose
@@ -140,7 +140,7 @@ impl CostState {
     }
 
     /// What a value shared by many keys keeps (a per-worker address group or overflow,
-    /// [`crate::local_store`]): the learned cost, no flights, so that one key's stalled
+    /// [`crate::store::local_store`]): the learned cost, no flights, so that one key's stalled
     /// requests cannot hold its neighbours at the cap.
     pub fn shared(&self) -> CostState {
         CostState {

@@ -4,7 +4,7 @@
 //! shared with the sidecar (`contract/src/verify.rs`; the HTTP API in `sidecar/README.md`). The cache and the callout
 //! orchestration live in `verdict_cache.rs` and `verification.rs`.
 
-use crate::class::Class;
+use crate::identity::class::Class;
 use crawlguard_contract::verify as wire;
 use std::net::IpAddr;
 

@@ -21,7 +21,7 @@
 //! again with its current time) or late (the value was relaxed, e.g. a refund; it is then
 //! evicted later than it could be, the strict side).
 
-use crate::slot_table::SlotValue;
+use crate::store::slot_table::SlotValue;
 use crate::store::{StateKey, StateStore, StoreFault};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -214,8 +214,8 @@ impl<V: SlotValue> StateStore<V> for LocalStore<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bucket::{self, Rate, Take, NS_PER_S};
-    use crate::limiter::KeyState;
+    use crate::limits::bucket::{self, Rate, Take, NS_PER_S};
+    use crate::limits::limiter::KeyState;
 
     const T0: u64 = 1_700_000_000 * NS_PER_S;
 

@@ -6,9 +6,9 @@
 //! `Cache-Control: no-store`, the one-line body, no validators, no robots directives) and
 //! Envoy drops the upstream response instead of buffering it.
 
-use crate::class::Class;
 use crate::config::{ClassPolicy, Config, RetryAfter};
-use crate::respond;
+use crate::identity::class::Class;
+use crate::response::rejection;
 
 /// What the upstream's `Retry-After` said (RFC 9110 section 10.2.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,14 +220,14 @@ pub fn plan(
         ..Fixes::default()
     };
     let retry_after_s = match parse_retry_after(up.retry_after, now_s) {
-        UpstreamRetryAfter::Seconds(s) => respond::clamp_s(s, &kept),
+        UpstreamRetryAfter::Seconds(s) => rejection::clamp_s(s, &kept),
         UpstreamRetryAfter::Date(s) => {
             fixes.retry_after_converted = true;
-            respond::clamp_s(s, &kept)
+            rejection::clamp_s(s, &kept)
         }
         UpstreamRetryAfter::Missing | UpstreamRetryAfter::Invalid => {
             fixes.retry_after_added = true;
-            respond::retry_after_s(0, &ra, random())
+            rejection::retry_after_s(0, &ra, random())
         }
     };
     Some(Plan {

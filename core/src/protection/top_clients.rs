@@ -7,7 +7,7 @@
 //! than 1/[`TOP_CLIENTS`] of the interval's slow or failed responses holds a row, and a row
 //! never counts fewer than its prefix had while it held it). Only a slow or failed response
 //! touches the table: a fast 2xx costs nothing here. Each second's tables are added up in the
-//! shared window (`crate::origin_health`), again keeping the [`TOP_CLIENTS`] heaviest.
+//! shared window (`crate::protection::origin_health`), again keeping the [`TOP_CLIENTS`] heaviest.
 
 use std::net::{IpAddr, Ipv6Addr};
 

@@ -7,21 +7,21 @@
 //! per-worker fallback ([`LocalStore`]) decides with the same limit. Both are reached through
 //! the one [`StateStore`] seam, with the bucket math ([`bucket::take`]) passed in.
 
-use crate::bucket::{self, Take};
-use crate::class::Class;
 use crate::config::Config;
 use crate::config::{ClassPolicy, Limit};
-use crate::escalation::Visit;
 use crate::fleet::{self, FleetBuckets};
-use crate::lease::{self, Lease, Leases};
-use crate::local_store::{LocalPlace, LocalStore};
-use crate::respond;
-use crate::slot_table::{SharedSlots, SlotRef, SlotTable, CANDIDATES};
+use crate::identity::class::Class;
+use crate::limits::bucket::{self, Take};
+use crate::limits::escalation::Visit;
+use crate::limits::lease::{self, Lease, Leases};
+use crate::response::rejection;
+use crate::store::local_store::{LocalPlace, LocalStore};
+use crate::store::slot_table::{SharedSlots, SlotRef, SlotTable, CANDIDATES};
 use crate::store::{SharedData, StateKey, StateStore, StoreFault, PUBLISHED_HASH_SEED};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::IpAddr;
 
-pub use crate::limit_decision::{decide, key_values, KeyPart, MAX_KEY_VALUES};
+pub use crate::limits::decision::{decide, key_values, KeyPart, MAX_KEY_VALUES};
 pub use key_state::KeyState;
 pub use reservation::Reservation;
 
@@ -144,7 +144,7 @@ pub struct LimitResult {
 pub(crate) enum Placed {
     Shared(SlotRef),
     Local(LocalPlace),
-    /// Spent from this worker's lease of the key ([`crate::lease`]).
+    /// Spent from this worker's lease of the key ([`crate::limits::lease`]).
     Lease,
 }
 
@@ -152,7 +152,7 @@ pub(crate) enum Placed {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Charged {
     /// `tokens` taken (a cost-based key's reservation may be more than asked: its last
-    /// cost, [`crate::cost`]); `flight_epoch_s`: the epoch a place in flight was taken in
+    /// cost, [`crate::limits::cost`]); `flight_epoch_s`: the epoch a place in flight was taken in
     /// ([`Limiter::take_flight`], which shares this type so that both share the store code;
     /// 0 for a charge).
     Allowed { tokens: u32, flight_epoch_s: u32 },
@@ -171,7 +171,7 @@ pub struct Limiter {
     /// What [`decide`] charged for the request being decided, kept between requests so a
     /// warm worker allocates nothing for it.
     pub(crate) charged: Vec<Charge>,
-    /// Tokens this worker holds of buckets far from empty ([`crate::lease`]).
+    /// Tokens this worker holds of buckets far from empty ([`crate::limits::lease`]).
     leases: Leases,
 }
 
@@ -190,7 +190,7 @@ pub(crate) struct KeyRules {
     /// Retry-After compliance is checked and remembered (an enforced limit keyed by a
     /// client address).
     pub(crate) track: bool,
-    /// The token may come from this worker's lease of the key ([`crate::lease`]).
+    /// The token may come from this worker's lease of the key ([`crate::limits::lease`]).
     pub(crate) leasable: bool,
 }
 
@@ -320,7 +320,7 @@ impl Limiter {
 
     /// The state key of one bucket: its fingerprint, and what it shares in the per-worker
     /// fallback when it finds no room there: a client address's group
-    /// ([`crate::client_ip::group`]) under the limit, then the limit's overflow value.
+    /// ([`crate::identity::client_ip::group`]) under the limit, then the limit's overflow value.
     pub(crate) fn key(&self, limit_name: &str, key: &KeyPart<'_>) -> StateKey {
         let mut h = self.hasher.build_hasher();
         // The slot count is part of a bucket's identity: with another `store.slots` every
@@ -337,7 +337,7 @@ impl Limiter {
         StateKey {
             fp: h.finish(),
             group_fp: match key {
-                KeyPart::Ip(ip) => Some(crate::client_ip::group_fp(*ip, overflow_fp)),
+                KeyPart::Ip(ip) => Some(crate::identity::client_ip::group_fp(*ip, overflow_fp)),
                 _ => None,
             },
             overflow_fp,
@@ -376,10 +376,10 @@ impl Limiter {
     /// Takes `n` tokens from `key`'s bucket under `limit`, for a request of `class` with
     /// `policy`. With `rules.track` (an enforced limit keyed by a client address), the
     /// client's Retry-After compliance is checked and remembered, and a client serving a
-    /// penalty is rejected without taking tokens ([`crate::escalation`]: the client is the
+    /// penalty is rejected without taking tokens ([`crate::limits::escalation`]: the client is the
     /// address and the class).
     ///
-    /// With `rules.leasable` (see [`crate::lease`]) the token may come from this worker's
+    /// With `rules.leasable` (see [`crate::limits::lease`]) the token may come from this worker's
     /// lease of the key (no shared-data call), and a charge that leaves the bucket far from
     /// empty takes a lease of a few more tokens in the same write.
     ///
@@ -453,7 +453,7 @@ impl Limiter {
                     Take::Limited { wait_ns } => wait_ns,
                 }
             };
-            let base_s = respond::clamp_s(wait_ns.div_ceil(bucket::NS_PER_S), ra);
+            let base_s = rejection::clamp_s(wait_ns.div_ceil(bucket::NS_PER_S), ra);
             if !track {
                 let limited = Charged::Limited {
                     retry_after_s: base_s,
@@ -489,7 +489,7 @@ impl Limiter {
             // Unreachable (the fallback never fails); strict if it ever did.
             None => (
                 Charged::Limited {
-                    retry_after_s: respond::clamp_s(0, ra),
+                    retry_after_s: rejection::clamp_s(0, ra),
                     escalated: false,
                 },
                 Visit::Unremarkable,
@@ -562,10 +562,10 @@ impl Limiter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bucket::NS_PER_S;
-    use crate::client_ip;
     use crate::config;
     use crate::config::{KeyKind, Mode};
+    use crate::identity::client_ip;
+    use crate::limits::bucket::NS_PER_S;
     use crate::store::mem::{Fault, MemStore};
 
     const T0: u64 = 1_700_000_000 * NS_PER_S;
@@ -990,7 +990,7 @@ mod tests {
         (ok, ev)
     }
 
-    use crate::bucket::Rate;
+    use crate::limits::bucket::Rate;
 
     #[test]
     fn a_shared_bucket_allows_exactly_burst_and_memory_is_bounded_by_slots() {

@@ -4,7 +4,7 @@
 //! `contract/catalog/bots.json` (crate `crawlguard-contract`), which the verifier sidecar and
 //! the README tables are derived from too.
 
-use crate::class::Class;
+use crate::identity::class::Class;
 use serde::{Deserialize, Serialize};
 
 /// One catalog entry: a bot id, the UA tokens that identify it, its class and whether its

@@ -82,7 +82,7 @@ pub const GROUP_IPV6_PREFIX_LEN: u8 = 48;
 /// The address group of `ip` (a client address, maybe already masked to its prefix): `ip`
 /// masked to its /24 (IPv4) or /48 (IPv6), so a prefix already wider than that is its own
 /// group. The per-worker fallback charges a client that finds no room of its own to its
-/// group's bucket ([`crate::local_store`]): one bucket per group, whatever the number of
+/// group's bucket ([`crate::store::local_store`]): one bucket per group, whatever the number of
 /// addresses in it.
 pub fn group(ip: IpAddr) -> IpAddr {
     mask(ip, GROUP_IPV4_PREFIX_LEN, GROUP_IPV6_PREFIX_LEN)

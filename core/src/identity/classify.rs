@@ -1,6 +1,6 @@
 //! User-Agent classification, the matcher: a UA string becomes a *bot id* and a *class*.
 //!
-//! The catalog ([`crate::catalog`]) is an ordered list of [`BotEntry`]; each entry lists
+//! The catalog ([`crate::identity::catalog`]) is an ordered list of [`BotEntry`]; each entry lists
 //! case-insensitive substrings of the `User-Agent`. The first entry (in catalog order) with
 //! any matching token wins, so specific tokens (`Googlebot-Image`, `AdsBot-Google`,
 //! `OAI-SearchBot`) are listed before the generic ones they would otherwise be confused with
@@ -20,10 +20,10 @@
 //! whatever the catalog's size; the platform sections (a few dozen bytes) go through a second,
 //! small automaton of the platform tokens.
 
-use crate::catalog::{builtin_human_rule, BotEntry, HumanRule};
+use crate::identity::catalog::{builtin_human_rule, BotEntry, HumanRule};
 
-/// The class a classification gives (defined in [`crate::class`]).
-pub use crate::class::Class;
+/// The class a classification gives (defined in [`crate::identity::class`]).
+pub use crate::identity::class::Class;
 
 /// The result of classifying one User-Agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -300,7 +300,7 @@ pub struct Classifier {
 
 impl Classifier {
     /// Compiles `entries` (matched in order, first match wins) with the built-in human rule
-    /// ([`crate::catalog::builtin_human_rule`]) and its non-browser class.
+    /// ([`crate::identity::catalog::builtin_human_rule`]) and its non-browser class.
     ///
     /// Tokens are lowercased (ASCII only; other bytes must match exactly). A token that is
     /// empty or only whitespace is dropped: it would match every User-Agent.
@@ -452,7 +452,7 @@ fn platform_section(ua: &[u8], start: usize) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::builtin_catalog;
+    use crate::identity::catalog::builtin_catalog;
 
     const GOOGLEBOT_DESKTOP: &str =
         "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";

@@ -20,8 +20,8 @@
 //! ranges over weeks; dropping them would send every claim back to a dead sidecar).
 
 use crate::host::{Callout, Host};
+use crate::identity::verifier_answer::Verdict;
 use crate::metrics::VerifyEvent;
-use crate::verify::Verdict;
 use crate::worker::Worker;
 use crawlguard_contract::ranges::{self as wire, Ranges};
 use std::net::IpAddr;

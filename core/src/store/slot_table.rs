@@ -36,7 +36,7 @@ pub trait SlotValue: Copy {
     /// per-worker fallback's eviction order; `u64::MAX` when it never expires by itself).
     fn free_at_ns(&self) -> u64;
     /// What this value keeps when many keys share it (the per-worker fallback's address
-    /// groups and overflow, [`crate::local_store`]): what is about one client must not reach
+    /// groups and overflow, [`crate::store::local_store`]): what is about one client must not reach
     /// the others. The value itself by default.
     fn shared(&self) -> Self {
         *self

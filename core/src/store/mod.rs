@@ -1,8 +1,8 @@
 //! Where state lives. [`SharedData`] is the seam to proxy-wasm shared data (seen by every
 //! Envoy worker); [`StateStore`] is governor's `measure_and_replace` seam over it: the store
 //! owns the read / compare-and-swap / retry loop, the caller passes the math. Two stores
-//! implement it: the shared slot table ([`crate::slot_table`]) and the per-worker fallback
-//! ([`crate::local_store`]); the fleet store will be a third.
+//! implement it: the shared slot table ([`crate::store::slot_table`]) and the per-worker fallback
+//! ([`crate::store::local_store`]); the fleet store will be a third.
 //!
 //! Also here: the record of the store settings in force ([`record_shape`]), and an
 //! in-memory [`SharedData`] with fault injection for host tests ([`mem`]).
@@ -49,7 +49,7 @@ pub struct StateKey {
     /// Fingerprint of the key (seeded hash).
     pub fp: u64,
     /// Fingerprint of the key's group (seeded hash: a client address's /24 or /48 under its
-    /// limit, [`crate::client_ip::group`]), whose value the key shares when it cannot have
+    /// limit, [`crate::identity::client_ip::group`]), whose value the key shares when it cannot have
     /// its own; `None` for a key that is not a client address (one global key, or a header
     /// value: it has no wider group than its limit).
     pub group_fp: Option<u64>,
@@ -212,8 +212,10 @@ pub fn record_shape(store: &dyn SharedData, shape: StoreShape) -> Option<String>
     None
 }
 
+pub mod local_store;
 #[cfg(any(test, feature = "mem-store"))]
 pub mod mem;
+pub mod slot_table;
 
 #[cfg(test)]
 mod tests {

@@ -1,11 +1,11 @@
 //! A cost-based limit's reservations: a client address's places in flight, and settling a
-//! reservation when its response (or its stream's end) reports the cost ([`crate::cost`]).
+//! reservation when its response (or its stream's end) reports the cost ([`crate::limits::cost`]).
 
 use super::{Charged, KeyState};
 use super::{Limiter, Placed, StoreEvents};
-use crate::bucket;
 use crate::config::Config;
-use crate::escalation::Visit;
+use crate::limits::bucket;
+use crate::limits::escalation::Visit;
 use crate::store::{SharedData, StateKey};
 
 /// A cost-based reservation of a forwarded request, settled when its response arrives
@@ -32,7 +32,7 @@ pub(crate) struct ClientFlight {
 
 impl Limiter {
     /// Takes one of a client's `max_in_flight` places under a cost-based limit (`key`: the
-    /// client's [`crate::limit_decision::KeyPart::FlightsOf`] key): `None` when all are
+    /// client's [`crate::limits::decision::KeyPart::FlightsOf`] key): `None` when all are
     /// taken. In a shared group or overflow bucket, which keeps no places, it always has room.
     pub(crate) fn take_flight(
         &mut self,
@@ -87,7 +87,7 @@ impl Limiter {
     /// Settles a cost reservation at the `actual` cost the origin reported (`None`: missing
     /// or invalid, settles at the reservation): gives back what was reserved too much, or
     /// charges the extra (the bucket may go into debt), and ends the reservation's flight,
-    /// remembering a reported cost for the key's next reservation ([`crate::cost`]).
+    /// remembering a reported cost for the key's next reservation ([`crate::limits::cost`]).
     pub fn settle(
         &mut self,
         cfg: &Config,

@@ -1,13 +1,13 @@
 //! What one limit key keeps in its slot ([`KeyState`]), and its slot layout.
 
-use crate::bucket::{self, BucketState};
-use crate::class::Class;
-use crate::cost::CostState;
-use crate::escalation::Compliance;
-use crate::slot_table::{read_u64, write_u64, SlotValue};
+use crate::identity::class::Class;
+use crate::limits::bucket::{self, BucketState};
+use crate::limits::cost::CostState;
+use crate::limits::escalation::Compliance;
+use crate::store::slot_table::{read_u64, write_u64, SlotValue};
 
 /// What one limit key keeps: its bucket, and what it was told (Retry-After compliance and
-/// escalation, [`crate::escalation`]).
+/// escalation, [`crate::limits::escalation`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct KeyState {
     /// The token bucket.
@@ -102,7 +102,7 @@ impl SlotValue for KeyState {
     }
 
     /// A shared value keeps no Retry-After compliance (a penalty belongs to one client,
-    /// [`crate::escalation`]) and no flights ([`CostState::shared`]).
+    /// [`crate::limits::escalation`]) and no flights ([`CostState::shared`]).
     fn shared(&self) -> Self {
         KeyState {
             bucket: self.bucket,

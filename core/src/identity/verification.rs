@@ -4,7 +4,7 @@
 //! Request side ([`check`]): a fresh cached verdict decides; during a failed callout's
 //! backoff a stale verdict stands in (stale-if-error), else `verifier.on_error`; a prefix
 //! that already produced `verifier.max_spoofed_per_prefix` spoofed verdicts gets `spoofed`
-//! without a callout; otherwise the request is paused on the claim's flight ([`crate::flights`]).
+//! without a callout; otherwise the request is paused on the claim's flight ([`crate::identity::verifier_flights`]).
 //!
 //! Root side (per worker): callouts are dispatched from the root context ([`dispatch_queued`],
 //! on a shared-queue wake-up), so their answers never depend on the request that asked
@@ -15,14 +15,14 @@
 //! Every function here returns the requests to resume as [`Resolution`]s; the caller
 //! switches to each one's context and lets its request machine continue.
 
-use crate::class::Class;
 use crate::config::OnError;
-use crate::flights::{Claim, Joined, Waiter};
 use crate::host::{Callout, Host};
+use crate::identity::class::Class;
+use crate::identity::verdict_cache::ClaimEntry;
+use crate::identity::verifier_answer::{self, Verdict, VerifyError};
+use crate::identity::verifier_flights::{Claim, Joined, Waiter};
 use crate::metrics::VerifyEvent;
 use crate::request::Handle;
-use crate::verdict_cache::ClaimEntry;
-use crate::verify::{self, Verdict, VerifyError};
 use crate::worker::Worker;
 
 /// Largest verifier response body read, bytes (answers are ~200 bytes).
@@ -69,7 +69,10 @@ fn cached(
 ) -> Option<(Class, VerifyEvent)> {
     let entry = w.verdicts.claim(host.shared_data(), claim.fp, now_ns);
     if let Some(v) = entry.and_then(|e| e.fresh(now_ns)) {
-        return Some((verify::class_for(v, claim.bot_class), VerifyEvent::CacheHit));
+        return Some((
+            verifier_answer::class_for(v, claim.bot_class),
+            VerifyEvent::CacheHit,
+        ));
     }
     if let Some(e) = entry.filter(|e| e.backing_off(now_ns)) {
         return Some(stand_in(w, claim, Some(e), now_ns));
@@ -94,7 +97,10 @@ fn stand_in(
     now_ns: u64,
 ) -> (Class, VerifyEvent) {
     match entry.and_then(|e| e.usable_on_error(now_ns)) {
-        Some(v) => (verify::class_for(v, claim.bot_class), VerifyEvent::Stale),
+        Some(v) => (
+            verifier_answer::class_for(v, claim.bot_class),
+            VerifyEvent::Stale,
+        ),
         None => (on_error_class(w, claim.bot_class), VerifyEvent::CacheHit),
     }
 }
@@ -153,7 +159,7 @@ fn record_answer(
     w: &Worker,
     host: &mut dyn Host,
     claim: &Claim,
-    answer: verify::Answer,
+    answer: verifier_answer::Answer,
     now_ns: u64,
 ) -> Class {
     let cfg = &w.cfg.verifier;
@@ -196,7 +202,7 @@ fn record_answer(
         claim.ip,
         claim.bot_id
     );
-    verify::class_for(answer.verdict, claim.bot_class)
+    verifier_answer::class_for(answer.verdict, claim.bot_class)
 }
 
 /// Records a failed callout (backoff of `error_ttl_s`; counted once as
@@ -340,10 +346,11 @@ pub fn on_callout_response(
         return Vec::new();
     };
     let claim = &flight.claim;
-    let (class, event) = match verify::parse_response(status, body, claim.ip, &claim.bot_id) {
-        Ok(answer) => (record_answer(w, host, claim, answer, now_ns), None),
-        Err(e) => record_error(w, host, claim, &e, now_ns),
-    };
+    let (class, event) =
+        match verifier_answer::parse_response(status, body, claim.ip, &claim.bot_id) {
+            Ok(answer) => (record_answer(w, host, claim, answer, now_ns), None),
+            Err(e) => record_error(w, host, claim, &e, now_ns),
+        };
     let mut out: Vec<Resolution> = flight
         .waiters
         .into_iter()

@@ -10,8 +10,8 @@
 //! The table is bounded: at most [`MAX_FLIGHTS`] claims at once per worker; a claim beyond
 //! that is handled as a verifier error by the caller.
 
-use crate::class::Class;
 use crate::host::ContextId;
+use crate::identity::class::Class;
 use std::collections::HashMap;
 use std::net::IpAddr;
 

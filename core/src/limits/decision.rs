@@ -3,15 +3,15 @@
 //! header, [`key_values`]), and what is given back when one rejects. The buckets, their
 //! keys and the store they live in are the [`Limiter`]'s (`limiter.rs`).
 
-use crate::class::Class;
-use crate::client_ip;
 use crate::config::{Config, KeyKind, Mode};
-use crate::escalation::Visit;
-use crate::limiter::{
+use crate::identity::class::Class;
+use crate::identity::client_ip;
+use crate::limits::escalation::Visit;
+use crate::limits::limiter::{
     Charge, Charged, Decision, KeyRules, LimitResult, Limiter, OverLimit, RequestKeys, Reservation,
     StoreEvents,
 };
-use crate::respond;
+use crate::response::rejection;
 use crate::store::SharedData;
 use std::net::IpAddr;
 
@@ -27,7 +27,7 @@ pub enum KeyPart<'a> {
     /// One value of the key header; `None` = absent or blank.
     Header(Option<&'a [u8]>),
     /// The reservations in flight of one client (its address, an IPv6 client's /48,
-    /// [`crate::client_ip::concurrency_prefix`]; `None`: none parsed) under a cost-based
+    /// [`crate::identity::client_ip::concurrency_prefix`]; `None`: none parsed) under a cost-based
     /// limit, whatever its key ([`Limiter::take_flight`]).
     FlightsOf(Option<IpAddr>),
 }
@@ -77,7 +77,7 @@ pub fn key_values(lines: &[Vec<u8>], list: bool) -> Vec<&[u8]> {
 ///   limits still charge it).
 ///
 /// Keys of enforced `client_ip` limits remember the Retry-After their client (the address
-/// and `class`) was given (compliance and escalation, [`crate::escalation`]). `random` feeds the Retry-After jitter; it is
+/// and `class`) was given (compliance and escalation, [`crate::limits::escalation`]). `random` feeds the Retry-After jitter; it is
 /// called only on a rejection.
 pub fn decide(
     cfg: &Config,
@@ -170,7 +170,7 @@ pub fn decide(
                     let over = OverLimit {
                         limit: i,
                         status: policy.reject_status,
-                        retry_after_s: respond::clamp_s(0, &policy.retry_after),
+                        retry_after_s: rejection::clamp_s(0, &policy.retry_after),
                     };
                     if is_shadow {
                         shadow = Some(Decision::ShadowLimited(over));

@@ -21,8 +21,8 @@
 //! fleet mode, and for keys whose Retry-After compliance remembers nothing (a spent leased
 //! token skips the compliance visit, which would have been a no-op).
 
-use crate::bucket::Rate;
-use crate::slot_table::SlotRef;
+use crate::limits::bucket::Rate;
+use crate::store::slot_table::SlotRef;
 use crate::store::StateKey;
 
 /// Most tokens one lease holds.
@@ -160,7 +160,7 @@ mod tests {
     #[test]
     fn leased_tokens_are_spent_put_back_and_returned() {
         let mut l = Leases::default();
-        let slot = crate::slot_table::SlotRef::first();
+        let slot = crate::store::slot_table::SlotRef::first();
         assert!(!l.spend(key(1), 0, 0));
         assert_eq!(
             l.hold(Lease {
@@ -190,7 +190,7 @@ mod tests {
     #[test]
     fn at_most_max_leases_the_oldest_is_given_back() {
         let mut l = Leases::default();
-        let slot = crate::slot_table::SlotRef::first();
+        let slot = crate::store::slot_table::SlotRef::first();
         for fp in 0..MAX_LEASES as u64 {
             let lease = Lease {
                 key: key(fp),

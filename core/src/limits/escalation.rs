@@ -18,9 +18,9 @@
 //! once it is served and `decay_s` has passed without an ignored request, the key starts
 //! over.
 
-use crate::bucket::NS_PER_S;
-use crate::class::Class;
 use crate::config::{ClassPolicy, Escalation};
+use crate::identity::class::Class;
+use crate::limits::bucket::NS_PER_S;
 
 /// What a key remembers between requests (zero: nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -7,11 +7,11 @@
 //! one-second slices, each a request count, a 5xx count and a fixed-bucket latency histogram
 //! ([`LATENCY_BOUNDS_MS`]), so p95/p99 are read as the bucket holding that rank (an upper
 //! bound, exact to the bucket), and the [`TOP_CLIENTS`] client prefixes with the most slow
-//! or failed responses ([`crate::top_clients`]). One slice is at most [`MAX_SLICE_LEN`]
+//! or failed responses ([`crate::protection::top_clients`]). One slice is at most [`MAX_SLICE_LEN`]
 //! bytes, a window at most [`MAX_WINDOW_S`] slices (16,141 bytes per route).
 
+use crate::protection::top_clients::{sum_rows, ClientRow, TopClients, TOP_CLIENTS};
 use crate::store::{SharedData, StoreError};
-use crate::top_clients::{sum_rows, ClientRow, TopClients, TOP_CLIENTS};
 use std::net::{IpAddr, Ipv6Addr};
 
 /// Upper bounds of the latency histogram buckets, ms (the last bucket is everything above).
@@ -391,7 +391,7 @@ mod tests {
         let k = key("default");
         let mut c = counts(&[(3, false), (300, false), (300, true), (5, true)], 9);
         c.record(5, true, "2001:db8::".parse().unwrap_or(UNKNOWN), 100);
-        c.record(5, true, crate::top_clients::UNKNOWN_CLIENT, 100);
+        c.record(5, true, crate::protection::top_clients::UNKNOWN_CLIENT, 100);
         let w = merge(&store, &k, &c, 100, 5, 4).expect("merged");
         let again = merge(&store, &k, &Counts::default(), 100, 5, 4).expect("read");
         assert_eq!(w, again);
@@ -415,7 +415,7 @@ mod tests {
         assert_eq!(decode(&many), None);
     }
 
-    const UNKNOWN: IpAddr = crate::top_clients::UNKNOWN_CLIENT;
+    const UNKNOWN: IpAddr = crate::protection::top_clients::UNKNOWN_CLIENT;
 
     #[test]
     fn workers_add_up_in_one_window_and_old_seconds_drop_out() {
