@@ -4,8 +4,10 @@ crate, and no import cycle between the core crate's modules.
 
 A file's non-test lines are its lines outside `#[cfg(test)]` items (a test module inline,
 or `mod tests;` pointing at a test file, which is itself skipped). The module graph is read
-from `crate::a::b` paths (in `use` and in expressions) of crawlguard-core: an edge a -> b
-for each top-level-or-folder module a that names module b. Exit 1 with the offenders.
+from the `crate::a::b` and `super::b` paths (in `use` and in expressions) of crawlguard-core's
+non-test code: an edge a -> b for each module a that names module b (a module and the
+modules inside it are one node for this). Exit 1 with the offenders; `--graph` also prints
+the graph.
 
     scripts/check-structure.py [--max-lines N]
 """
@@ -149,6 +151,11 @@ def core_graph():
         node = owner(me, modules)
         for m in re.finditer(r"\bcrate::((?:\w+::)*\w+)", code):
             target = owner(m.group(1).split("::"), modules)
+            if target and target != node and not node.startswith(target + "::") and not target.startswith(node + "::"):
+                graph.setdefault(node, set()).add(target)
+        # `super::x` names a sibling of this module.
+        for m in re.finditer(r"(?<![\w:])super::((?:\w+::)*\w+)", code):
+            target = owner(me[:-1] + m.group(1).split("::"), modules)
             if target and target != node and not node.startswith(target + "::") and not target.startswith(node + "::"):
                 graph.setdefault(node, set()).add(target)
         # `use crate::{a, b::c}` groups.

@@ -158,7 +158,9 @@ impl HttpContext for Filter {
         };
         let me = Rc::downgrade(&self.state);
         match self.state.try_borrow_mut() {
-            Ok(mut st) => action(st.on_request_headers(me, self.id, w, &mut self.host)),
+            Ok(mut st) => {
+                action(st.on_request_headers(me, self.id, w.request_parts(), &mut self.host))
+            }
             Err(_) => Action::Continue,
         }
     }
@@ -179,7 +181,7 @@ impl HttpContext for Filter {
             return;
         };
         if let Ok(mut st) = self.state.try_borrow_mut() {
-            st.on_stream_end(w, &mut self.host);
+            st.on_stream_end(w.request_parts(), &mut self.host);
         }
     }
 
@@ -188,7 +190,7 @@ impl HttpContext for Filter {
             return Action::Continue;
         };
         match self.state.try_borrow_mut() {
-            Ok(mut st) => action(st.on_response_headers(w, &mut self.host, eos)),
+            Ok(mut st) => action(st.on_response_headers(w.request_parts(), &mut self.host, eos)),
             Err(_) => Action::Continue,
         }
     }

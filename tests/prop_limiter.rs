@@ -1,5 +1,5 @@
 //! Property tests of the limiter: the token-bucket math (`bucket`) and the per-request
-//! decision over the shared store (`limiter::decide` with `store::mem::MemStore`), including
+//! decision over the shared store (`limits::decision::decide` with the in-memory store), including
 //! every injected store fault.
 //!
 //! The bound used throughout is exact integer GCRA arithmetic: over a run of requests, the
@@ -13,7 +13,8 @@ use crawlguard_core::config::{self, Config};
 use crawlguard_core::identity::class::Class;
 use crawlguard_core::identity::client_ip;
 use crawlguard_core::limits::bucket::{self, BucketState, Rate, Take, NS_PER_S};
-use crawlguard_core::limits::limiter::{decide, Decision, Limiter, RequestKeys};
+use crawlguard_core::limits::decision::decide;
+use crawlguard_core::limits::limiter::{Decision, Limiter, RequestKeys};
 use crawlguard_core::request::path_only;
 use crawlguard_testkit::{Fault, MemStore};
 use proptest::prelude::*;
@@ -298,7 +299,7 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------------------------
-// limiter::decide over the shared store, with faults
+// limits::decision::decide over the shared store, with faults
 
 /// Remote addresses; the two IPv6 ones share a /64 and so are one client.
 const REMOTES: &[&str] = &[

@@ -330,7 +330,7 @@ impl ReplayProxy {
         let step = state.borrow_mut().on_request_headers(
             Rc::downgrade(&state),
             ctx,
-            &self.worker,
+            self.worker.request_parts(),
             &mut self.host,
         );
         if step == Step::Pause && self.host.req.reply.is_none() {
@@ -387,9 +387,11 @@ impl ReplayProxy {
                 b'0' + (s / 10 % 10) as u8,
                 b'0' + (s % 10) as u8,
             ];
-            state
-                .borrow_mut()
-                .on_response_headers(&self.worker, &mut self.host, true);
+            state.borrow_mut().on_response_headers(
+                self.worker.request_parts(),
+                &mut self.host,
+                true,
+            );
             out.normalised = self.host.req.reply.is_some();
         }
         // The stream ends: a reservation no response settled settles at what it reserved
@@ -398,7 +400,7 @@ impl ReplayProxy {
         if forwarded {
             state
                 .borrow_mut()
-                .on_stream_end(&self.worker, &mut self.host);
+                .on_stream_end(self.worker.request_parts(), &mut self.host);
         }
         out
     }

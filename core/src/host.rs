@@ -13,6 +13,11 @@
 
 use crate::store::SharedData;
 
+/// The root context's tick period, ms, unless fleet mode asks for a shorter one
+/// (`worker::Worker::tick_period_ms`): on every tick each worker flushes its counters, gives
+/// back its unspent token leases and applies the shared shed levels.
+pub const TICK_MS: u32 = 250;
+
 /// A proxy-wasm context id (one per request, one per root).
 pub type ContextId = u32;
 

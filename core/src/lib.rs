@@ -32,6 +32,7 @@ pub mod fleet;
 pub mod host;
 pub mod identity;
 pub mod limits;
+pub mod log_limit;
 pub mod metrics;
 pub mod protection;
 pub mod request;

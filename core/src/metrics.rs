@@ -44,9 +44,10 @@ pub const DECISIONS: [&str; 7] = [
     "shadow_shed",
 ];
 
-/// How often each worker hands its counted events to Envoy (the root tick), ms: the most
-/// the `crawlguard.*` counters in `/stats` lag behind the requests they count.
-pub const STATS_FLUSH_MS: u32 = 250;
+/// How often each worker hands its counted events to Envoy, ms: on every root tick
+/// ([`crate::host::TICK_MS`]), the most the `crawlguard.*` counters in `/stats` lag behind
+/// the requests they count.
+pub const STATS_FLUSH_MS: u32 = crate::host::TICK_MS;
 
 /// Counter increments kept in VM memory until the next flush: one entry per counter id
 /// touched since the last flush (at most the number of defined counters, so memory is
@@ -407,6 +408,11 @@ impl Metrics {
                 bump(id, inc);
             }
         }
+    }
+
+    /// Counts verification event `e` on `host`.
+    pub fn count_verify(&self, host: &mut dyn crate::host::Host, e: VerifyEvent) {
+        self.record_verify(e, &mut |id| host.increment(id));
     }
 
     /// Counts verification event `e`.

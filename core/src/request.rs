@@ -18,11 +18,13 @@ use crate::config::{Config, IpSource, KeyKind};
 use crate::host::{ContextId, Host, LocalReply};
 use crate::identity::class::Class;
 use crate::identity::client_ip;
-use crate::identity::verification::{self, Check};
+use crate::identity::verification::{self, Check, Verifier, VerifyParts};
 use crate::identity::verifier_flights::{Claim, Waiter};
-use crate::limits::limiter::{self, Decision, RequestKeys, Reservation};
-use crate::response::rejection;
-use crate::worker::Worker;
+use crate::limits::limiter::{Decision, Limiter, RequestKeys, Reservation};
+use crate::log_limit::WarnEvery10s;
+use crate::metrics::Metrics;
+use crate::protection::shedder::Shedder;
+use crate::response::rejection::{self, Jitter};
 use std::cell::RefCell;
 use std::net::IpAddr;
 use std::rc::Weak;
@@ -32,6 +34,37 @@ pub use response_path::parse_cost;
 
 /// How the root context refers to a paused request (weak: the request may be gone).
 pub type Handle = Weak<RefCell<RequestState>>;
+
+/// What a request reads and changes of its worker (`worker::Worker::request_parts`): each
+/// component by reference.
+#[derive(Clone, Copy)]
+pub struct RequestParts<'a> {
+    /// The configuration.
+    pub cfg: &'a Config,
+    /// Counter ids.
+    pub metrics: &'a Metrics,
+    /// The buckets.
+    pub limiter: &'a RefCell<Limiter>,
+    /// Verdicts, flights, published ranges.
+    pub verifier: &'a Verifier<Handle>,
+    /// The shed levels in force, and origin health counts.
+    pub shedder: &'a Shedder,
+    /// Retry-After jitter.
+    pub jitter: &'a Jitter,
+    /// Shared-store trouble warnings.
+    pub store_warning: &'a WarnEvery10s,
+}
+
+impl<'a> RequestParts<'a> {
+    /// The parts verification needs.
+    fn verify(&self) -> VerifyParts<'a, Handle> {
+        VerifyParts {
+            cfg: self.cfg,
+            metrics: self.metrics,
+            verifier: self.verifier,
+        }
+    }
+}
 
 /// What the proxy should do with the request after a callback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,10 +213,10 @@ impl RequestState {
         &mut self,
         me: Handle,
         context: ContextId,
-        w: &Worker,
+        w: RequestParts<'_>,
         host: &mut dyn Host,
     ) -> Step {
-        let cfg = &w.cfg;
+        let cfg = w.cfg;
         // Never trust a class header sent by the client. Every way out of this machine
         // other than an exempt path sets the header with one replace call, which in Envoy
         // removes every line the client sent before adding ours (integration tests send
@@ -217,7 +250,12 @@ impl RequestState {
 
     /// The verdict arrived while paused: decide with `class`. Returns what the proxy should
     /// do; `Continue` means the caller must resume the request.
-    fn on_verdict(&mut self, w: &Worker, host: &mut dyn Host, class: Class) -> Option<Step> {
+    fn on_verdict(
+        &mut self,
+        w: RequestParts<'_>,
+        host: &mut dyn Host,
+        class: Class,
+    ) -> Option<Step> {
         let Phase::AwaitingVerdict(facts) = std::mem::take(&mut self.phase) else {
             return None;
         };
@@ -225,8 +263,14 @@ impl RequestState {
     }
 
     /// Takes tokens for `class` and forwards (annotated with the class) or answers locally.
-    fn decide(&mut self, w: &Worker, host: &mut dyn Host, facts: &Facts, class: Class) -> Step {
-        let cfg = &w.cfg;
+    fn decide(
+        &mut self,
+        w: RequestParts<'_>,
+        host: &mut dyn Host,
+        facts: &Facts,
+        class: Class,
+    ) -> Step {
+        let cfg = w.cfg;
         self.route = facts.route;
         self.client_prefix = facts.client_prefix;
         let Some(now) = host.now_ns() else {
@@ -234,7 +278,7 @@ impl RequestState {
         };
         if cfg.shedding.enabled {
             self.sent_at_ns = Some(now);
-            if w.is_shed(class, facts.route) {
+            if w.shedder.is_shed(w.cfg, class, facts.route) {
                 if let Some(step) = self.shed(w, host, class, facts) {
                     return step;
                 }
@@ -262,14 +306,14 @@ impl RequestState {
                 && cfg.verifier.on_error == crate::config::OnError::UnverifiedBot,
         };
         let mut out = match w.limiter.try_borrow_mut() {
-            Ok(mut lim) => limiter::decide(
+            Ok(mut lim) => crate::limits::decision::decide(
                 cfg,
                 &mut lim,
                 host.shared_data(),
                 &keys,
                 class,
                 now,
-                &mut || w.next_random(),
+                &mut || w.jitter.next_u32(),
             ),
             Err(_) => return self.forward(cfg, host, class, Vec::new()),
         };
@@ -303,7 +347,7 @@ impl RequestState {
                     class.as_str(),
                     cfg.route_name(out.route),
                     cfg.limits.get(limit).map_or("?", |l| l.name.as_str()),
-                    limiter::MAX_KEY_VALUES
+                    crate::limits::bucket_key::MAX_KEY_VALUES
                 );
                 if shadow {
                     // Forwarded as under any shadow outcome: the enforced limits charged it,
@@ -359,12 +403,12 @@ impl RequestState {
     /// (`None`: carry on with the limits).
     fn shed(
         &mut self,
-        w: &Worker,
+        w: RequestParts<'_>,
         host: &mut dyn Host,
         class: Class,
         facts: &Facts,
     ) -> Option<Step> {
-        let cfg = &w.cfg;
+        let cfg = w.cfg;
         let sh = &cfg.shedding;
         let shadow = sh.mode == crate::config::Mode::Shadow;
         w.metrics
@@ -379,7 +423,7 @@ impl RequestState {
             return None;
         }
         let wait_ns = u64::from(sh.step_s).saturating_mul(1_000_000_000);
-        let ra = rejection::retry_after_s(wait_ns, &sh.retry_after, w.next_random());
+        let ra = rejection::retry_after_s(wait_ns, &sh.retry_after, w.jitter.next_u32());
         let rej = rejection::rejection(503, ra, None);
         host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
         if self.reply(host, &rej, rejection::DETAILS_SHED) {
@@ -443,7 +487,7 @@ impl RequestState {
 fn verify_claim(
     me: Handle,
     context: ContextId,
-    w: &Worker,
+    w: RequestParts<'_>,
     host: &mut dyn Host,
     facts: &Facts,
     bot_id: &str,
@@ -462,6 +506,7 @@ fn verify_claim(
     };
     // The sidecar's published ranges decide range-verifiable claims here, no callout.
     let by_ranges = w
+        .verifier
         .ranges
         .try_borrow()
         .ok()
@@ -473,7 +518,7 @@ fn verify_claim(
             }
             _ => crate::metrics::VerifyEvent::RangeSpoofed,
         };
-        w.count_verify(host, event);
+        w.metrics.count_verify(host, event);
         return Some(crate::identity::verifier_answer::class_for(v, bot_class));
     }
     let prefix = facts.client_prefix.unwrap_or(ip);
@@ -496,7 +541,7 @@ fn verify_claim(
         handle: me,
         deadline_ns: now.saturating_add(u64::from(w.cfg.verifier.timeout_ms) * 1_000_000),
     };
-    match verification::check(w, host, &claim, waiter, now) {
+    match verification::check(w.verify(), host, &claim, waiter, now) {
         Check::Class(class) => Some(class),
         Check::Wait => None,
     }
@@ -504,7 +549,7 @@ fn verify_claim(
 
 /// Resumes a request paused on a verdict, with `class` (root side; the request may be gone,
 /// or already resumed, in which case nothing happens).
-pub fn resume(w: &Worker, host: &mut dyn Host, waiter: &Waiter<Handle>, class: Class) {
+pub fn resume(w: RequestParts<'_>, host: &mut dyn Host, waiter: &Waiter<Handle>, class: Class) {
     let Some(rc) = waiter.handle.upgrade() else {
         return;
     };

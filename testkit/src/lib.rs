@@ -383,7 +383,7 @@ impl FakeProxy {
         let step = state.borrow_mut().on_request_headers(
             Rc::downgrade(&state),
             ctx,
-            &self.worker,
+            self.worker.request_parts(),
             &mut self.host,
         );
         (ctx, step)
@@ -412,10 +412,11 @@ impl FakeProxy {
                 .collect();
         }
         self.host.current = ctx;
-        let step =
-            state
-                .borrow_mut()
-                .on_response_headers(&self.worker, &mut self.host, end_of_stream);
+        let step = state.borrow_mut().on_response_headers(
+            self.worker.request_parts(),
+            &mut self.host,
+            end_of_stream,
+        );
         step
     }
 
@@ -434,7 +435,7 @@ impl FakeProxy {
             self.host.current = ctx;
             state
                 .borrow_mut()
-                .on_stream_end(&self.worker, &mut self.host);
+                .on_stream_end(self.worker.request_parts(), &mut self.host);
         }
     }
 

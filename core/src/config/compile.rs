@@ -8,23 +8,10 @@ use super::limits::compile_limits;
 use super::raw::{RawConfig, RawShedding};
 use super::warnings;
 use super::{
-    defaults, err, ClientIpConfig, Config, ConfigError, FleetConfig, Mode, RetryAfter,
+    defaults, err, is_name, ClientIpConfig, Config, ConfigError, FleetConfig, Mode, RetryAfter,
     RewriteConfig, Route, ShedThresholds, Shedding, StoreConfig, VerifierConfig, DEFAULT_ROUTE,
 };
 use std::collections::HashSet;
-
-/// 1..=64 chars of `[a-z0-9_-]`, plus `.` when `dot` (bot ids, limit names).
-pub(super) fn is_name(s: &str, dot: bool) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes().all(|b| {
-            b.is_ascii_lowercase()
-                || b.is_ascii_digit()
-                || b == b'_'
-                || b == b'-'
-                || (dot && b == b'.')
-        })
-}
 
 /// Validates every section of `raw` and builds the [`Config`].
 pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {

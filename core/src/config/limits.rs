@@ -1,9 +1,9 @@
 //! Validation of `limits`: each limit's name, class, route, rate and burst, key and cost,
 //! checked with its field path (split from `compile.rs`, which calls it).
 
-use super::compile::is_name;
 use super::defaults;
 use super::headers::{key_header_name, taken_over_header_name};
+use super::is_name;
 use super::raw::RawLimit;
 use super::{err, ConfigError, Cost, KeyKind, Limit, Mode, Route, DEFAULT_ROUTE, MAX_REFILL_S};
 use crate::identity::class::Class;

@@ -19,11 +19,12 @@
 //! document stays in use however long the sidecar is unreachable (vendors change their
 //! ranges over weeks; dropping them would send every claim back to a dead sidecar).
 
+use crate::config::Config;
 use crate::host::{Callout, Host};
 use crate::identity::verifier_answer::Verdict;
-use crate::metrics::VerifyEvent;
-use crate::worker::Worker;
+use crate::metrics::{Metrics, VerifyEvent};
 use crawlguard_contract::ranges::{self as wire, Ranges};
+use std::cell::RefCell;
 use std::net::IpAddr;
 
 /// Shared-data key of the last good document (the sidecar's bytes, at most
@@ -32,6 +33,17 @@ use std::net::IpAddr;
 pub const DATA_KEY: &str = "cg:ranges";
 
 const NS_PER_S: u64 = 1_000_000_000;
+
+/// What the ranges fetch reads and changes of its worker.
+#[derive(Clone, Copy)]
+pub struct RangesParts<'a> {
+    /// The configuration (`verifier` section).
+    pub cfg: &'a Config,
+    /// The verification counters.
+    pub metrics: &'a Metrics,
+    /// This worker's table and fetch.
+    pub ranges: &'a RefCell<RangesState>,
+}
 
 /// One worker's view: the table in use and the fetch in flight.
 #[derive(Debug, Default)]
@@ -61,15 +73,15 @@ impl RangesState {
     }
 }
 
-fn refused(w: &Worker, host: &mut dyn Host, why: &str) {
-    w.count_verify(host, VerifyEvent::RangesError);
+fn refused(w: RangesParts<'_>, host: &mut dyn Host, why: &str) {
+    w.metrics.count_verify(host, VerifyEvent::RangesError);
     log::warn!("published ranges: {why}; the ranges in use stay");
 }
 
 /// Root tick: a worker without a table takes the stored one; every
 /// `verifier.ranges_refresh_s` it asks the sidecar. Nothing with `ranges_refresh_s` 0 or
 /// the verifier off.
-pub fn tick(w: &Worker, host: &mut dyn Host, now_ns: u64) {
+pub fn tick(w: RangesParts<'_>, host: &mut dyn Host, now_ns: u64) {
     let v = &w.cfg.verifier;
     if !v.enabled || v.ranges_refresh_s == 0 {
         return;
@@ -119,7 +131,7 @@ fn install(st: &mut RangesState, r: Ranges) {
 /// Root: the answer to this worker's fetch (`status` `None`: no response; `body` at most
 /// `MAX_BODY_BYTES + 1` bytes, so that an oversize one is seen as such). A good document
 /// is put in use here and stored for the other workers.
-pub fn on_response(w: &Worker, host: &mut dyn Host, status: Option<&[u8]>, body: &[u8]) {
+pub fn on_response(w: RangesParts<'_>, host: &mut dyn Host, status: Option<&[u8]>, body: &[u8]) {
     let Ok(mut st) = w.ranges.try_borrow_mut() else {
         return;
     };
@@ -127,7 +139,7 @@ pub fn on_response(w: &Worker, host: &mut dyn Host, status: Option<&[u8]>, body:
     let parsed = match status {
         Some(b"304") => {
             drop(st);
-            return w.count_verify(host, VerifyEvent::RangesNotModified);
+            return w.metrics.count_verify(host, VerifyEvent::RangesNotModified);
         }
         Some(b"200") => wire::parse(body),
         Some(_) => Err("status other than 200 or 304"),
@@ -138,7 +150,7 @@ pub fn on_response(w: &Worker, host: &mut dyn Host, status: Option<&[u8]>, body:
             install(&mut st, r);
             drop(st);
             let _ = host.shared_data().set(DATA_KEY, body, 0);
-            w.count_verify(host, VerifyEvent::RangesUpdated);
+            w.metrics.count_verify(host, VerifyEvent::RangesUpdated);
         }
         Err(why) => {
             drop(st);

@@ -15,15 +15,16 @@
 //! Every function here returns the requests to resume as [`Resolution`]s; the caller
 //! switches to each one's context and lets its request machine continue.
 
-use crate::config::OnError;
+use crate::config::{Config, OnError};
 use crate::host::{Callout, Host};
 use crate::identity::class::Class;
-use crate::identity::verdict_cache::ClaimEntry;
+use crate::identity::published_ranges::RangesState;
+use crate::identity::verdict_cache::{ClaimEntry, VerdictCache};
 use crate::identity::verifier_answer::{self, Verdict, VerifyError};
-use crate::identity::verifier_flights::{Claim, Joined, Waiter};
-use crate::metrics::VerifyEvent;
-use crate::request::Handle;
-use crate::worker::Worker;
+use crate::identity::verifier_flights::{Claim, Flights, Joined, Waiter};
+use crate::log_limit::WarnEvery10s;
+use crate::metrics::{Metrics, VerifyEvent};
+use std::cell::{Cell, RefCell};
 
 /// Largest verifier response body read, bytes (answers are ~200 bytes).
 pub const MAX_VERIFIER_BODY: usize = 4096;
@@ -31,11 +32,74 @@ pub const MAX_VERIFIER_BODY: usize = 4096;
 const NS_PER_S: u64 = 1_000_000_000;
 const NS_PER_MS: u64 = 1_000_000;
 
+/// One worker's verification state; `W` is how the root refers to a paused request
+/// (`request::Handle`).
+#[derive(Debug)]
+pub struct Verifier<W> {
+    /// Crawler verdicts and per-prefix spoofed counts (shared data).
+    pub verdicts: VerdictCache,
+    /// Verifier callouts in flight on this worker and the requests paused on them.
+    pub flights: RefCell<Flights<W>>,
+    /// The sidecar's published ranges in use and their fetch
+    /// ([`crate::identity::published_ranges`]).
+    pub ranges: RefCell<RangesState>,
+    /// Verifier error warnings.
+    pub warning: WarnEvery10s,
+    /// A root wake-up is already queued (one is enough for any number of new flights).
+    wake_pending: Cell<bool>,
+}
+
+impl<W> Verifier<W> {
+    /// An empty verifier for `cfg` (`verifier.cache_slots`, `store.cas_retries`).
+    pub fn new(cfg: &Config) -> Verifier<W> {
+        Verifier {
+            verdicts: VerdictCache::new(cfg.verifier.cache_slots, cfg.store.cas_retries),
+            flights: RefCell::new(Flights::default()),
+            ranges: RefCell::new(RangesState::default()),
+            warning: WarnEvery10s::default(),
+            wake_pending: Cell::new(false),
+        }
+    }
+
+    /// Asks for a root wake-up unless one is already queued; false if the host refused.
+    pub fn request_wake(&self, host: &mut dyn Host) -> bool {
+        if self.wake_pending.get() {
+            return true;
+        }
+        let ok = host.wake_root().is_ok();
+        self.wake_pending.set(ok);
+        ok
+    }
+
+    /// The wake-up arrived: the next new flight needs another.
+    pub fn wake_arrived(&self) {
+        self.wake_pending.set(false);
+    }
+}
+
+/// What verification reads and changes of its worker.
+pub struct VerifyParts<'a, W> {
+    /// The configuration (`verifier` section).
+    pub cfg: &'a Config,
+    /// The verification counters.
+    pub metrics: &'a Metrics,
+    /// The worker's verification state.
+    pub verifier: &'a Verifier<W>,
+}
+
+impl<W> Clone for VerifyParts<'_, W> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<W> Copy for VerifyParts<'_, W> {}
+
 /// A paused request to resume with a class; `event` is counted for it when set.
 #[derive(Debug)]
-pub struct Resolution {
+pub struct Resolution<W> {
     /// The paused request.
-    pub waiter: Waiter<Handle>,
+    pub waiter: Waiter<W>,
     /// The class it continues with.
     pub class: Class,
     /// A verification event of its own (e.g. a stale verdict stood in).
@@ -52,7 +116,7 @@ pub enum Check {
 }
 
 /// The class of a claim the verifier could not decide (`verifier.on_error`).
-fn on_error_class(w: &Worker, bot_class: Class) -> Class {
+fn on_error_class<W: Clone>(w: VerifyParts<'_, W>, bot_class: Class) -> Class {
     match w.cfg.verifier.on_error {
         OnError::UnverifiedBot => Class::UnverifiedBot,
         OnError::ClaimedClass => bot_class,
@@ -61,13 +125,16 @@ fn on_error_class(w: &Worker, bot_class: Class) -> Class {
 
 /// What the cache alone decides for `claim` at `now_ns`, with the event to count; `None`
 /// when a callout is needed.
-fn cached(
-    w: &Worker,
+fn cached<W: Clone>(
+    w: VerifyParts<'_, W>,
     host: &mut dyn Host,
     claim: &Claim,
     now_ns: u64,
 ) -> Option<(Class, VerifyEvent)> {
-    let entry = w.verdicts.claim(host.shared_data(), claim.fp, now_ns);
+    let entry = w
+        .verifier
+        .verdicts
+        .claim(host.shared_data(), claim.fp, now_ns);
     if let Some(v) = entry.and_then(|e| e.fresh(now_ns)) {
         return Some((
             verifier_answer::class_for(v, claim.bot_class),
@@ -79,7 +146,8 @@ fn cached(
     }
     let max = w.cfg.verifier.max_spoofed_per_prefix;
     if max > 0
-        && w.verdicts
+        && w.verifier
+            .verdicts
             .spoofed_in_prefix(host.shared_data(), claim.prefix_fp, now_ns)
             >= max
     {
@@ -90,8 +158,8 @@ fn cached(
 
 /// The class when no new verdict can be had: a stale verdict if there is one
 /// ([`VerifyEvent::Stale`]), else `on_error` ([`VerifyEvent::CacheHit`] of a remembered error).
-fn stand_in(
-    w: &Worker,
+fn stand_in<W: Clone>(
+    w: VerifyParts<'_, W>,
     claim: &Claim,
     entry: Option<ClaimEntry>,
     now_ns: u64,
@@ -107,38 +175,38 @@ fn stand_in(
 
 /// Request side: the class of `claim` now, or [`Check::Wait`] after pausing `waiter` on the
 /// claim's flight (a new flight wakes the root context to dispatch the callout).
-pub fn check(
-    w: &Worker,
+pub fn check<W: Clone>(
+    w: VerifyParts<'_, W>,
     host: &mut dyn Host,
     claim: &Claim,
-    waiter: Waiter<Handle>,
+    waiter: Waiter<W>,
     now_ns: u64,
 ) -> Check {
     if let Some((class, event)) = cached(w, host, claim, now_ns) {
-        w.count_verify(host, event);
+        w.metrics.count_verify(host, event);
         return Check::Class(class);
     }
-    let joined = match w.flights.try_borrow_mut() {
+    let joined = match w.verifier.flights.try_borrow_mut() {
         Ok(mut f) => f.join(claim, waiter),
         Err(_) => Joined::Full,
     };
     match joined {
         Joined::Existing => {
-            w.count_verify(host, VerifyEvent::InFlight);
+            w.metrics.count_verify(host, VerifyEvent::InFlight);
             Check::Wait
         }
         Joined::New => {
-            w.count_verify(host, VerifyEvent::CacheMiss);
-            if w.request_wake(host) {
+            w.metrics.count_verify(host, VerifyEvent::CacheMiss);
+            if w.verifier.request_wake(host) {
                 Check::Wait
             } else {
                 // No root callback will come: take the flight back, decide now.
-                if let Ok(mut f) = w.flights.try_borrow_mut() {
+                if let Ok(mut f) = w.verifier.flights.try_borrow_mut() {
                     let _ = f.take(claim.fp);
                 }
                 let (class, stale) = record_error(w, host, claim, &VerifyError::Dispatch, now_ns);
                 if let Some(e) = stale {
-                    w.count_verify(host, e);
+                    w.metrics.count_verify(host, e);
                 }
                 Check::Class(class)
             }
@@ -146,7 +214,7 @@ pub fn check(
         Joined::Full => {
             let (class, stale) = record_error(w, host, claim, &VerifyError::Overloaded, now_ns);
             if let Some(e) = stale {
-                w.count_verify(host, e);
+                w.metrics.count_verify(host, e);
             }
             Check::Class(class)
         }
@@ -155,8 +223,8 @@ pub fn check(
 
 /// Caches a well-formed answer and returns the claim's class. A spoofed verdict counts
 /// against the claim's prefix.
-fn record_answer(
-    w: &Worker,
+fn record_answer<W: Clone>(
+    w: VerifyParts<'_, W>,
     host: &mut dyn Host,
     claim: &Claim,
     answer: verifier_answer::Answer,
@@ -175,7 +243,7 @@ fn record_answer(
         _ => u64::from(cfg.stale_if_error_s).saturating_mul(NS_PER_S),
     };
     let store = host.shared_data();
-    let _ = w.verdicts.put_verdict(
+    let _ = w.verifier.verdicts.put_verdict(
         store,
         claim.fp,
         answer.verdict,
@@ -185,10 +253,11 @@ fn record_answer(
     );
     if answer.verdict == Verdict::Spoofed && cfg.max_spoofed_per_prefix > 0 {
         let _ = w
+            .verifier
             .verdicts
             .count_spoofed(store, claim.prefix_fp, now_ns, fresh_until);
     }
-    w.count_verify(
+    w.metrics.count_verify(
         host,
         match answer.verdict {
             Verdict::Verified => VerifyEvent::Verified,
@@ -209,8 +278,8 @@ fn record_answer(
 /// [`VerifyEvent::Error`]; warned at most every 10 s) and returns the class the claim's
 /// requests get, with [`VerifyEvent::Stale`] when a stale verdict stands in (counted per
 /// request by the caller).
-fn record_error(
-    w: &Worker,
+fn record_error<W: Clone>(
+    w: VerifyParts<'_, W>,
     host: &mut dyn Host,
     claim: &Claim,
     error: &VerifyError,
@@ -219,10 +288,11 @@ fn record_error(
     let backoff_until =
         now_ns.saturating_add(u64::from(w.cfg.verifier.error_ttl_s).saturating_mul(NS_PER_S));
     let entry = w
+        .verifier
         .verdicts
         .put_error(host.shared_data(), claim.fp, now_ns, backoff_until);
-    w.count_verify(host, VerifyEvent::Error);
-    if w.verifier_warning.due(now_ns) {
+    w.metrics.count_verify(host, VerifyEvent::Error);
+    if w.verifier.warning.due(now_ns) {
         log::warn!(
             "verifier error ({}) for {} claiming {}: {error:?} (further errors only counted \
              in crawlguard.verify.error for 10 s)",
@@ -237,8 +307,16 @@ fn record_error(
 
 /// A request given up on without a new verdict (its deadline passed, or the root went
 /// away): a stale verdict if there is one, else `on_error`, with the event it counts.
-fn give_up(w: &Worker, host: &mut dyn Host, claim: &Claim, now_ns: u64) -> (Class, VerifyEvent) {
-    let entry = w.verdicts.claim(host.shared_data(), claim.fp, now_ns);
+fn give_up<W: Clone>(
+    w: VerifyParts<'_, W>,
+    host: &mut dyn Host,
+    claim: &Claim,
+    now_ns: u64,
+) -> (Class, VerifyEvent) {
+    let entry = w
+        .verifier
+        .verdicts
+        .claim(host.shared_data(), claim.fp, now_ns);
     match stand_in(w, claim, entry, now_ns) {
         (class, VerifyEvent::Stale) => (class, VerifyEvent::Stale),
         (class, _) => (class, VerifyEvent::Error),
@@ -246,14 +324,19 @@ fn give_up(w: &Worker, host: &mut dyn Host, claim: &Claim, now_ns: u64) -> (Clas
 }
 
 /// Every waiter of claim `fp`'s flight, resolved with `class` (and `event` each).
-fn resolve_flight(
-    w: &Worker,
+fn resolve_flight<W: Clone>(
+    w: VerifyParts<'_, W>,
     fp: u64,
     class: Class,
     event: Option<VerifyEvent>,
-    out: &mut Vec<Resolution>,
+    out: &mut Vec<Resolution<W>>,
 ) {
-    let flight = w.flights.try_borrow_mut().ok().and_then(|mut f| f.take(fp));
+    let flight = w
+        .verifier
+        .flights
+        .try_borrow_mut()
+        .ok()
+        .and_then(|mut f| f.take(fp));
     if let Some(flight) = flight {
         out.extend(flight.waiters.into_iter().map(|waiter| Resolution {
             waiter,
@@ -268,9 +351,13 @@ fn resolve_flight(
 /// resolved without a callout; one whose prefix already has
 /// `verifier.max_spoofed_per_prefix` callouts in flight on this worker waits for one of them
 /// to answer; one whose deadline passed, or whose dispatch is refused, is a verifier error.
-pub fn dispatch_queued(w: &Worker, host: &mut dyn Host, now_ns: u64) -> Vec<Resolution> {
+pub fn dispatch_queued<W: Clone>(
+    w: VerifyParts<'_, W>,
+    host: &mut dyn Host,
+    now_ns: u64,
+) -> Vec<Resolution<W>> {
     let mut out = Vec::new();
-    let queued = match w.flights.try_borrow() {
+    let queued = match w.verifier.flights.try_borrow() {
         Ok(f) => f.queued(),
         Err(_) => return out,
     };
@@ -281,7 +368,7 @@ pub fn dispatch_queued(w: &Worker, host: &mut dyn Host, now_ns: u64) -> Vec<Reso
             resolve_flight(w, claim.fp, class, event, &mut out);
             continue;
         }
-        let (in_prefix, deadline) = match w.flights.try_borrow() {
+        let (in_prefix, deadline) = match w.verifier.flights.try_borrow() {
             Ok(f) => (
                 f.dispatched_in_prefix(claim.prefix_fp),
                 f.deadline_ns(claim.fp),
@@ -313,7 +400,7 @@ pub fn dispatch_queued(w: &Worker, host: &mut dyn Host, now_ns: u64) -> Vec<Reso
         };
         match dispatched {
             Ok(token) => {
-                if let Ok(mut f) = w.flights.try_borrow_mut() {
+                if let Ok(mut f) = w.verifier.flights.try_borrow_mut() {
                     f.dispatched(claim.fp, token);
                 }
             }
@@ -329,15 +416,16 @@ pub fn dispatch_queued(w: &Worker, host: &mut dyn Host, now_ns: u64) -> Vec<Reso
 /// Root side: the answer to callout `token` arrived: its `:status` (`None`: no response,
 /// i.e. timeout, reset or refused) and body (at most [`MAX_VERIFIER_BODY`] bytes). Caches
 /// it, resolves the claim's waiters, and dispatches flights that waited for a prefix slot.
-pub fn on_callout_response(
-    w: &Worker,
+pub fn on_callout_response<W: Clone>(
+    w: VerifyParts<'_, W>,
     host: &mut dyn Host,
     token: u32,
     status: Option<&[u8]>,
     body: &[u8],
     now_ns: u64,
-) -> Vec<Resolution> {
+) -> Vec<Resolution<W>> {
     let flight = w
+        .verifier
         .flights
         .try_borrow_mut()
         .ok()
@@ -351,7 +439,7 @@ pub fn on_callout_response(
             Ok(answer) => (record_answer(w, host, claim, answer, now_ns), None),
             Err(e) => record_error(w, host, claim, &e, now_ns),
         };
-    let mut out: Vec<Resolution> = flight
+    let mut out: Vec<Resolution<W>> = flight
         .waiters
         .into_iter()
         .map(|waiter| Resolution {
@@ -366,8 +454,12 @@ pub fn on_callout_response(
 
 /// Root side: requests whose deadline passed while queued (a safety net; callouts time out
 /// on their own), each resolved as a verifier error for its claim.
-pub fn expire(w: &Worker, host: &mut dyn Host, now_ns: u64) -> Vec<Resolution> {
-    let late = match w.flights.try_borrow_mut() {
+pub fn expire<W: Clone>(
+    w: VerifyParts<'_, W>,
+    host: &mut dyn Host,
+    now_ns: u64,
+) -> Vec<Resolution<W>> {
+    let late = match w.verifier.flights.try_borrow_mut() {
         Ok(mut f) => f.expire(now_ns),
         Err(_) => return Vec::new(),
     };
@@ -385,8 +477,12 @@ pub fn expire(w: &Worker, host: &mut dyn Host, now_ns: u64) -> Vec<Resolution> {
 
 /// Root side, when the root context goes away (configuration update, shutdown): every
 /// paused request is resumed now, as a verifier error for its claim.
-pub fn drain(w: &Worker, host: &mut dyn Host, now_ns: u64) -> Vec<Resolution> {
-    let all = match w.flights.try_borrow_mut() {
+pub fn drain<W: Clone>(
+    w: VerifyParts<'_, W>,
+    host: &mut dyn Host,
+    now_ns: u64,
+) -> Vec<Resolution<W>> {
+    let all = match w.verifier.flights.try_borrow_mut() {
         Ok(mut f) => f.drain(),
         Err(_) => return Vec::new(),
     };

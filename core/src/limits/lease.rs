@@ -8,7 +8,7 @@
 //! bucket's start, never more than `burst + rate x t`). What a lease can cost is the other
 //! way round: tokens a
 //! worker holds but does not spend are missing from the shared bucket until the worker gives
-//! them back on its next root tick (every `metrics::STATS_FLUSH_MS`), and a lease is spent
+//! them back on its next root tick (every `host::TICK_MS`), and a lease is spent
 //! only within that time of being taken. The one thing a lease loosens: leased tokens are
 //! counted as taken when leased, so a time window that starts while a worker holds a lease
 //! can admit that lease (at most `burst / 64`, 16 tokens) per worker more than
@@ -29,8 +29,8 @@ use crate::store::StateKey;
 pub const MAX_LEASE: u32 = 16;
 
 /// How long a lease may be spent after it was taken, ns (one root tick,
-/// `metrics::STATS_FLUSH_MS`; the tick gives it back anyway).
-pub const LEASE_TTL_NS: u64 = crate::metrics::STATS_FLUSH_MS as u64 * 1_000_000;
+/// `host::TICK_MS`; the tick gives it back anyway).
+pub const LEASE_TTL_NS: u64 = crate::host::TICK_MS as u64 * 1_000_000;
 
 /// Most leases one worker holds at once (one per hot key and limit); a new lease beyond
 /// that replaces the oldest, which is given back.

@@ -12,6 +12,7 @@ use crate::config::{ClassPolicy, Limit};
 use crate::fleet::{self, FleetBuckets};
 use crate::identity::class::Class;
 use crate::limits::bucket::{self, Take};
+use crate::limits::bucket_key::KeyPart;
 use crate::limits::escalation::Visit;
 use crate::limits::lease::{self, Lease, Leases};
 use crate::response::rejection;
@@ -21,7 +22,6 @@ use crate::store::{SharedData, StateKey, StateStore, StoreFault, PUBLISHED_HASH_
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::IpAddr;
 
-pub use crate::limits::decision::{decide, key_values, KeyPart, MAX_KEY_VALUES};
 pub use key_state::KeyState;
 pub use reservation::Reservation;
 
@@ -78,7 +78,7 @@ pub enum Decision {
     /// Over a limit in shadow mode: counted, sent upstream anyway.
     ShadowLimited(OverLimit),
     /// A `header:<name>` key of limit `limit` (index in [`Config::limits`]) named more than
-    /// [`MAX_KEY_VALUES`] distinct values: answered with a 400, no token taken.
+    /// [`crate::limits::bucket_key::MAX_KEY_VALUES`] distinct values: answered with a 400, no token taken.
     Malformed {
         /// Index of the limit in [`Config::limits`].
         limit: usize,
@@ -566,6 +566,8 @@ mod tests {
     use crate::config::{KeyKind, Mode};
     use crate::identity::client_ip;
     use crate::limits::bucket::NS_PER_S;
+    use crate::limits::bucket_key::{key_values, MAX_KEY_VALUES};
+    use crate::limits::decision::decide;
     use crate::store::mem::{Fault, MemStore};
 
     const T0: u64 = 1_700_000_000 * NS_PER_S;

@@ -4,6 +4,7 @@
 //! token leases ([`lease`]).
 
 pub mod bucket;
+pub mod bucket_key;
 pub mod cost;
 pub mod decision;
 pub mod escalation;

@@ -1,11 +1,10 @@
 //! The way back of one request: its response headers (upstream rejections rewritten, origin
 //! health recorded, costs settled) and its stream's end (reservations nobody settled).
 
-use super::{Phase, RequestState, Step};
+use super::{Phase, RequestParts, RequestState, Step};
 use crate::host::Host;
 use crate::response::rejection;
 use crate::response::rewrite;
-use crate::worker::Worker;
 
 /// The cost an origin reports: a whole number of tokens, at most 1,000,000 (`None` for
 /// anything else: the reservation stands).
@@ -25,11 +24,16 @@ impl RequestState {
     /// Response headers arrived: replaces an upstream rejection (or a degraded page for a
     /// verified crawler) with crawlguard's own, decided from headers alone; Envoy then drops
     /// the upstream body unread. Our own replies are never rewritten.
-    pub fn on_response_headers(&mut self, w: &Worker, host: &mut dyn Host, eos: bool) -> Step {
+    pub fn on_response_headers(
+        &mut self,
+        w: RequestParts<'_>,
+        host: &mut dyn Host,
+        eos: bool,
+    ) -> Step {
         if self.replied() {
             return Step::Continue;
         }
-        let cfg = &w.cfg;
+        let cfg = w.cfg;
         if !cfg.cost_headers.is_empty() {
             self.settle_costs(w, host);
         }
@@ -45,7 +49,13 @@ impl RequestState {
             // (Envoy's own 503/504 for resets and timeouts included).
             let now = host.now_ns().unwrap_or(sent);
             let error = status.as_deref().is_some_and(|s| s.first() == Some(&b'5'));
-            w.record_response(route, now.saturating_sub(sent) / 1_000_000, error, client);
+            w.shedder.record_response(
+                w.cfg,
+                route,
+                now.saturating_sub(sent) / 1_000_000,
+                error,
+                client,
+            );
         }
         // Cheap exit for the common case before reading anything else.
         let code = status.as_deref().unwrap_or_default();
@@ -84,7 +94,7 @@ impl RequestState {
             has_body,
         };
         let now_s = host.now_ns().unwrap_or(0) / 1_000_000_000;
-        let Some(plan) = rewrite::plan(cfg, class, &up, now_s, &mut || w.next_random()) else {
+        let Some(plan) = rewrite::plan(cfg, class, &up, now_s, &mut || w.jitter.next_u32()) else {
             return Step::Continue;
         };
         w.metrics
@@ -108,7 +118,7 @@ impl RequestState {
     /// The stream ended (Envoy's access-log callback, after everything else): reservations
     /// no response settled (the client or the origin went away first) settle at what they
     /// reserved, which ends their flight ([`crate::limits::cost`]).
-    pub fn on_stream_end(&mut self, w: &Worker, host: &mut dyn Host) {
+    pub fn on_stream_end(&mut self, w: RequestParts<'_>, host: &mut dyn Host) {
         if self.is_awaiting_verdict() {
             self.phase = Phase::Ended;
             return;
@@ -123,7 +133,7 @@ impl RequestState {
         let now = host.now_ns().unwrap_or(0);
         if let Ok(mut lim) = w.limiter.try_borrow_mut() {
             for r in &reservations {
-                lim.settle(&w.cfg, host.shared_data(), r, None, now);
+                lim.settle(w.cfg, host.shared_data(), r, None, now);
             }
         }
     }
@@ -131,8 +141,8 @@ impl RequestState {
     /// Settles the request's cost reservations at what the origin reports in each limit's
     /// cost header (missing or invalid: at the reservation), then removes every cost header
     /// from the response: it is for crawlguard, not for the client.
-    fn settle_costs(&mut self, w: &Worker, host: &mut dyn Host) {
-        let cfg = &w.cfg;
+    fn settle_costs(&mut self, w: RequestParts<'_>, host: &mut dyn Host) {
+        let cfg = w.cfg;
         let reservations = match &mut self.phase {
             Phase::Forwarded { reservations, .. } => std::mem::take(reservations),
             _ => Vec::new(),

@@ -80,7 +80,7 @@ pub fn rejection(
 }
 
 /// Body of the 400 for a request whose rate-limit key header names more than
-/// `limiter::MAX_KEY_VALUES` distinct values.
+/// `limits::bucket_key::MAX_KEY_VALUES` distinct values.
 pub const MALFORMED_KEY_BODY: &str =
     "400 Bad Request: too many values in a rate-limit key header\n";
 
@@ -106,6 +106,33 @@ pub const DETAILS_SHED: &str = "crawlguard_shed";
 pub const DETAILS_MALFORMED_KEY: &str = "crawlguard_malformed_key";
 /// `%RESPONSE_CODE_DETAILS%` of an upstream rejection crawlguard normalised.
 pub const DETAILS_NORMALISED: &str = "crawlguard_normalised_upstream";
+
+/// Retry-After jitter's random numbers, per worker. Jitter only has to spread clients out,
+/// so an xorshift64* (no host call per rejection) is enough.
+#[derive(Debug)]
+pub struct Jitter {
+    state: std::cell::Cell<u64>,
+}
+
+impl Jitter {
+    /// A generator seeded with `seed` (any value; 0 is fine).
+    pub fn new(seed: u64) -> Jitter {
+        // Never 0 (xorshift's fixed point).
+        Jitter {
+            state: std::cell::Cell::new(seed | 1),
+        }
+    }
+
+    /// A uniform random u32.
+    pub fn next_u32(&self) -> u32 {
+        let mut x = self.state.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.state.set(x);
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
+    }
+}
 
 #[cfg(test)]
 mod tests {
