@@ -1,4 +1,4 @@
-# The test upstream (`crawlguard-test-upstream`, integration/src/bin/test-upstream.rs),
+# The test upstream (`crawlguard-test-upstream`, integration/src/bin/test-upstream/main.rs),
 # built from source. Build context: the repository root (see ../../.dockerignore):
 #   docker build -f integration/compose/upstream.Dockerfile -t crawlguard-test-upstream .
 # Offline (binary built on the host): integration/compose/prebuilt.Dockerfile.

@@ -1,5 +1,5 @@
 //! [`TestUpstream`]: a running `crawlguard-test-upstream` (the scriptable origin of this
-//! crate, `src/bin/test-upstream.rs`), and [`upstream_path`] to script one answer.
+//! crate, `src/bin/test-upstream/main.rs`), and [`upstream_path`] to script one answer.
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -10,6 +10,9 @@
 //! Fleet mode (with `--redis`): [`fleet`] serves `POST /v1/fleet/sync`, which applies each
 //! Envoy's bucket consumption to Redis atomically, and [`redis_store`] is the one Redis
 //! client, which also shares FCrDNS verdicts across the fleet.
+//!
+//! The binary (`main.rs`: flags, configuration, the loads at start) runs the service with
+//! [`serve`]; [`range_reports`] logs and counts what range loads and fetches did.
 
 pub mod catalog;
 pub mod check;
@@ -19,7 +22,9 @@ pub mod fetch;
 pub mod fleet;
 pub mod http;
 pub mod metrics;
+pub mod range_reports;
 pub mod ranges;
 pub mod redis_store;
 pub mod resolver;
+pub mod serve;
 pub mod verify;

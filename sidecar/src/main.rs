@@ -3,11 +3,11 @@
 //! Prints `listening on <addr>` on stdout once the socket is bound (logs go to stderr), so
 //! scripts and tests can start it on port 0 and read the real port.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
@@ -15,13 +15,11 @@ use tracing_subscriber::EnvFilter;
 
 use crawlguard_sidecar::check::check_verdict;
 use crawlguard_sidecar::config::Config;
-use crawlguard_sidecar::fetch::{next_delay, CacheOutcome, FetchOutcome, FetchSettings, Fetcher};
-use crawlguard_sidecar::fleet::Fleet;
-use crawlguard_sidecar::metrics::{Metrics, SourceLabels};
-use crawlguard_sidecar::ranges::{RangeSource, RangeStore, RefreshOutcome};
-use crawlguard_sidecar::redis_store::RedisStore;
-use crawlguard_sidecar::resolver::{DnsSettings, HickoryResolver};
-use crawlguard_sidecar::verify::{Verifier, VerifierSettings};
+use crawlguard_sidecar::fetch::{CacheOutcome, FetchSettings, Fetcher};
+use crawlguard_sidecar::metrics::Metrics;
+use crawlguard_sidecar::range_reports::{report_refresh, report_staleness, update_source_gauges};
+use crawlguard_sidecar::ranges::{RangeSource, RangeStore};
+use crawlguard_sidecar::serve::serve;
 
 /// Verifies that a request claiming to be a known bot (Googlebot, Bingbot, GPTBot, ...)
 /// comes from that bot's operator, by forward-confirmed reverse DNS and by the operator's
@@ -202,126 +200,6 @@ impl Cli {
     }
 }
 
-/// Logs and counts what a range-file refresh did; true when any file's ranges changed.
-fn report_refresh(outcomes: &[(PathBuf, RefreshOutcome)], metrics: &Metrics) -> bool {
-    let mut changed = false;
-    for (path, outcome) in outcomes {
-        let source = path.display().to_string();
-        let result = match outcome {
-            RefreshOutcome::Unchanged => continue,
-            RefreshOutcome::Loaded { prefixes } => {
-                tracing::info!(source, prefixes, "range file loaded");
-                changed = true;
-                "ok"
-            }
-            RefreshOutcome::Failed {
-                error,
-                kept_prefixes,
-            } => {
-                tracing::error!(source, %error, kept_prefixes, "range file rejected; keeping previous ranges");
-                "error"
-            }
-        };
-        metrics.range_reload(&source, result);
-    }
-    changed
-}
-
-/// Logs and counts one fetch of a range URL; true when new ranges are in use.
-fn report_fetch(url: &str, outcome: &FetchOutcome, metrics: &Metrics) -> bool {
-    match outcome {
-        FetchOutcome::Updated {
-            prefixes,
-            cache_error,
-        } => {
-            tracing::info!(source = url, prefixes, "range source fetched");
-            if let Some(error) = cache_error {
-                tracing::warn!(source = url, error, "range source not written to the cache");
-            }
-            metrics.range_fetch(url, "ok");
-            true
-        }
-        FetchOutcome::NotModified { prefixes } => {
-            tracing::debug!(source = url, prefixes, "range source not modified");
-            metrics.range_fetch(url, "not_modified");
-            false
-        }
-        FetchOutcome::Failed {
-            error,
-            kept_prefixes,
-        } => {
-            tracing::warn!(
-                source = url, %error, kept_prefixes,
-                "range source fetch failed; keeping previous ranges"
-            );
-            metrics.range_fetch(url, error.result_label());
-            false
-        }
-    }
-}
-
-/// Logs each range source whose staleness changed.
-fn report_staleness(store: &RangeStore, max_age: Duration) {
-    for change in store.check_staleness(SystemTime::now(), max_age) {
-        let (source, age_s) = (change.source.label(), change.age.as_secs());
-        if change.stale {
-            tracing::warn!(
-                source,
-                age_s,
-                max_age_s = max_age.as_secs(),
-                "range source stale; its ranges stay in use"
-            );
-        } else {
-            tracing::info!(source, age_s, "range source fresh again");
-        }
-    }
-}
-
-/// Brings the per-source gauges up to date (run at every scrape).
-fn update_source_gauges(store: &RangeStore, max_age: Duration, m: &Metrics) {
-    for st in store.status(SystemTime::now(), max_age) {
-        let labels = SourceLabels {
-            source: st.source.label(),
-        };
-        m.range_prefixes
-            .get_or_create(&labels)
-            .set(i64::try_from(st.prefixes).unwrap_or(i64::MAX));
-        if let Some(age) = st.age {
-            m.range_source_age
-                .get_or_create(&labels)
-                .set(i64::try_from(age.as_secs()).unwrap_or(i64::MAX));
-        }
-        m.range_source_stale
-            .get_or_create(&labels)
-            .set(i64::from(st.stale));
-        m.range_source_failures
-            .get_or_create(&labels)
-            .set(i64::from(st.failures));
-    }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
-    tracing::info!("shutting down");
-}
-
 /// Environment variables read under the sidecar's former name (`crawlguard-verifier`, before
 /// it also became the fleet's Redis client): each is used when its new name is unset.
 const RENAMED_ENV: [(&str, &str); 2] = [
@@ -446,139 +324,4 @@ fn main() -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(serve(config, catalog, ranges, fetcher, metrics))
-}
-
-async fn serve(
-    config: Config,
-    catalog: std::collections::BTreeMap<String, crawlguard_sidecar::config::BotMethods>,
-    ranges: Arc<RangeStore>,
-    fetcher: Option<Arc<Fetcher>>,
-    metrics: Arc<Metrics>,
-) -> anyhow::Result<()> {
-    let timeout = Duration::from_millis(config.dns.timeout_ms);
-    let resolver = HickoryResolver::new(&DnsSettings {
-        nameservers: config.dns.nameservers.clone(),
-        timeout,
-        attempts: config.dns.attempts,
-    })
-    .context("configuring DNS resolution")?;
-    let mut verifier = Verifier::new(
-        Arc::new(resolver),
-        ranges.clone(),
-        catalog.clone(),
-        VerifierSettings {
-            ttl: config.ttl.clone(),
-            cache_max_entries: config.cache.max_entries,
-            max_concurrent_lookups: config.dns.max_concurrent_lookups,
-            lookup_slot_wait: timeout,
-            max_ptr_names: config.dns.max_ptr_names,
-        },
-        metrics.clone(),
-    );
-    let store = match config.redis.url.as_deref() {
-        Some(url) => {
-            if url.starts_with("rediss:") {
-                // rustls with ring only; an error means a provider is already installed.
-                let _ = rustls::crypto::ring::default_provider().install_default();
-            }
-            let store = Arc::new(
-                RedisStore::new(&config.redis, metrics.clone())
-                    .map_err(anyhow::Error::msg)
-                    .context("configuring Redis")?,
-            );
-            tracing::info!(
-                redis = store.target(),
-                timeout_ms = config.redis.timeout_ms,
-                prefix = %config.redis.prefix,
-                "fleet mode on: bucket sync and shared verdicts in Redis"
-            );
-            verifier = verifier.with_shared_verdicts(store.clone());
-            Some(store)
-        }
-        None => None,
-    };
-    let verifier = Arc::new(verifier);
-
-    if !ranges.files().is_empty() {
-        let (verifier, ranges) = (verifier.clone(), ranges.clone());
-        let interval = Duration::from_secs(config.ranges.reload_interval_s);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.tick().await; // the first tick is immediate; the initial load is done
-            loop {
-                tick.tick().await;
-                let store = ranges.clone();
-                let Ok(outcomes) = tokio::task::spawn_blocking(move || store.refresh_files()).await
-                else {
-                    continue;
-                };
-                if report_refresh(&outcomes, verifier.metrics()) {
-                    // Ranges changed: cached verdicts may be wrong now (both ways).
-                    verifier.invalidate_cache();
-                }
-            }
-        });
-    }
-    // Every range URL on its own schedule: fetched now (in the background: the sidecar
-    // serves meanwhile, with cached copies and FCrDNS), then every refresh interval, sooner
-    // after a failure.
-    for url in fetcher.as_ref().map(|_| ranges.urls()).unwrap_or_default() {
-        let Some(fetcher) = fetcher.clone() else {
-            break;
-        };
-        let (verifier, ranges) = (verifier.clone(), ranges.clone());
-        let interval = Duration::from_secs(config.ranges.refresh_interval_s);
-        let retry = Duration::from_secs(config.ranges.retry_interval_s);
-        tokio::spawn(async move {
-            let mut failures = 0u32;
-            loop {
-                let outcome = fetcher.fetch(&ranges, &url).await;
-                if report_fetch(&url, &outcome, verifier.metrics()) {
-                    verifier.invalidate_cache();
-                }
-                failures = match outcome {
-                    FetchOutcome::Failed { .. } => failures.saturating_add(1),
-                    _ => 0,
-                };
-                let jitter = crawlguard_sidecar::fetch::jitter();
-                tokio::time::sleep(next_delay(interval, retry, failures, jitter)).await;
-            }
-        });
-    }
-    if !ranges.sources().is_empty() {
-        let ranges = ranges.clone();
-        let max_age = Duration::from_secs(config.ranges.max_age_s);
-        let tick = Duration::from_secs((config.ranges.max_age_s / 4).clamp(1, 60));
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(tick).await;
-                report_staleness(&ranges, max_age);
-            }
-        });
-    }
-
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("binding {}", config.listen))?;
-    let bound = listener.local_addr().context("reading the bound address")?;
-    tracing::info!(
-        listen = %bound,
-        bots = catalog.len(),
-        nameservers = ?config.dns.nameservers,
-        "crawlguard-sidecar ready"
-    );
-    {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "listening on {bound}").context("writing to stdout")?;
-        out.flush().context("writing to stdout")?;
-    }
-    let fleet = Fleet::new(store, metrics);
-    axum::serve(
-        listener,
-        crawlguard_sidecar::http::router_with_fleet(verifier, fleet),
-    )
-    .with_graceful_shutdown(shutdown_signal())
-    .await
-    .context("serving HTTP")
 }
