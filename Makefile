@@ -81,9 +81,13 @@ soak: setup build
 	@command -v wrk >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
 	python3 bench/bench.py --soak $(SOAK_SECONDS)
 
-## lint: formatting and clippy (host, all targets; and the filter for wasm32-wasip1)
+## lint: formatting, clippy (host, all targets; and the filter for wasm32-wasip1), and the
+## structure (scripts/check-structure.py: no non-test file over 500 lines, no import cycle
+## between core modules; crawlguard-core has no proxy-wasm dependency)
 lint: setup-rust
 	$(CARGO) fmt --all --check
+	python3 scripts/check-structure.py
+	! $(CARGO) tree -p crawlguard-core -e normal --target all | grep -q proxy-wasm
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p crawlguard --target wasm32-wasip1 -- -D warnings
 

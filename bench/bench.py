@@ -305,7 +305,7 @@ def limit(name, cls, rate, burst, key="client_ip"):
 
 
 BIG = 1_000_000
-# store.slots when the configuration does not set it (src/config/defaults.rs).
+# store.slots when the configuration does not set it (core/src/config/defaults.rs).
 DEFAULT_SLOTS = 65_536
 CONFIGS = {
     # name: (filters, route_extra, user agent, crawlguard config or None)

@@ -4,10 +4,8 @@
 
 use crate::wasm_host::{self, HostStore, WasmHost};
 use crawlguard_core::config;
-use crawlguard_core::metrics::Metrics;
 use crawlguard_core::request::{RequestState, Step};
-use crawlguard_core::store::{self, StoreShape};
-use crawlguard_core::worker::Worker;
+use crawlguard_core::worker::{self, Worker};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType};
 use std::cell::RefCell;
@@ -53,48 +51,31 @@ impl RootContext for Root {
     /// field) rather than run with a half-understood one.
     fn on_configure(&mut self, _size: usize) -> bool {
         let raw = wasm_host::plugin_configuration();
-        let mut cfg = match config::parse(&raw) {
+        let cfg = match config::parse(&raw) {
             Ok(c) => c,
             Err(e) => {
                 log::error!("invalid configuration: {e}");
                 return false;
             }
         };
-        for w in &cfg.warnings {
-            log::warn!("configuration warning: {w}");
-        }
-        let mut draw = || {
-            let (a, b) = (getrandom::u32().ok()?, getrandom::u32().ok()?);
-            Some(u64::from(a) << 32 | u64::from(b))
-        };
-        let (hash_seed, secret) =
-            store::resolve_hash_seed(&HostStore, cfg.store.hash_seed, &mut draw);
-        if !secret && cfg.store.hash_seed.is_none() {
-            log::warn!(
-                "store.hash_seed: could not draw or keep a random seed; using the published one \
-                 (slot collisions can be planned): set store.hash_seed"
-            );
-        }
-        cfg.store.hash_seed = Some(hash_seed);
-        let shape = StoreShape {
-            slots: cfg.store.slots,
-            hash_seed,
-        };
-        if let Some(change) = store::record_shape(&HostStore, shape) {
-            log::warn!("{change}");
-        }
         // A reconfiguration replaces the worker: release what the old one still holds.
         if let Some(old) = self.worker.take() {
             old.on_root_done(&mut self.host);
             wasm_host::flush_counters(old.metrics.flushes);
         }
-        let metrics = Metrics::define(&cfg, &mut wasm_host::define_metric);
+        let mut draw = || {
+            let (a, b) = (getrandom::u32().ok()?, getrandom::u32().ok()?);
+            Some(u64::from(a) << 32 | u64::from(b))
+        };
         let seed = u64::from(getrandom::u32().unwrap_or(0)) << 32
             | u64::from(getrandom::u32().unwrap_or(0));
-        let worker = Worker::new(cfg, metrics, seed);
-        if let Err(e) = worker.precreate(&HostStore) {
-            log::warn!("could not pre-create shared-data slots ({e:?}); continuing");
-        }
+        let worker = worker::configure(
+            cfg,
+            &HostStore,
+            &mut draw,
+            &mut wasm_host::define_metric,
+            seed,
+        );
         // This worker's own wake-up queue (a unique name: every worker registers one).
         let name = format!("crawlguard.wake.{seed:016x}");
         self.host.queue = wasm_host::register_queue(&name);

@@ -276,6 +276,9 @@ fn every_configuration_field_has_a_readme_row() {
     );
 }
 
+/// Every file of the filter's crates (`src/`, `core/src/`, `testkit/src/`; not `lib.rs`,
+/// a folder's `mod.rs` that only declares, or test files) has a line in README's Code map,
+/// and every file the map names exists.
 #[test]
 fn the_code_map_lists_every_filter_module() {
     let text = readme();
@@ -284,28 +287,51 @@ fn the_code_map_lists_every_filter_module() {
         .nth(1)
         .and_then(|t| t.split("\n## ").next())
         .expect("README has a Code map section");
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut missing = Vec::new();
-    for entry in std::fs::read_dir(&root).expect("src/") {
-        let path = entry.expect("entry").path();
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
-        let listed = if path.is_dir() {
-            format!("src/{name}/")
-        } else if name == "lib.rs" {
-            continue;
-        } else {
-            format!("src/{name}")
-        };
-        if !map.lines().any(|l| l.starts_with(&format!("{listed} "))) {
-            missing.push(listed);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let listed: Vec<&str> = map
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|p| p.ends_with(".rs"))
+        .collect();
+    let mut files = Vec::new();
+    for dir in ["src", "core/src", "testkit/src"] {
+        let mut stack = vec![root.join(dir)];
+        while let Some(d) = stack.pop() {
+            for entry in std::fs::read_dir(&d).expect("source folder") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                let rel = path
+                    .strip_prefix(root)
+                    .expect("under the root")
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                let only_declares = rel.ends_with("/mod.rs")
+                    && std::fs::read_to_string(&path)
+                        .expect("mod.rs")
+                        .lines()
+                        .all(|l| l.is_empty() || l.starts_with("//!") || l.starts_with("pub mod "));
+                if rel.ends_with("/lib.rs") || rel.ends_with("/tests.rs") || only_declares {
+                    continue;
+                }
+                files.push(rel);
+            }
         }
     }
+    let missing: Vec<&String> = files
+        .iter()
+        .filter(|f| !listed.contains(&f.as_str()))
+        .collect();
+    let stale: Vec<&&str> = listed.iter().filter(|p| !root.join(p).is_file()).collect();
     assert!(
         missing.is_empty(),
-        "modules missing from README's Code map: {missing:?}"
+        "files missing from README's Code map: {missing:?}"
+    );
+    assert!(
+        stale.is_empty(),
+        "README's Code map names files that do not exist: {stale:?}"
     );
 }
 

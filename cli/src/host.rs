@@ -14,10 +14,9 @@
 use crawlguard_core::config::Config;
 use crawlguard_core::host::{Callout, ContextId, Host, HostError, LocalReply};
 use crawlguard_core::identity::classify::Class;
-use crawlguard_core::metrics::Metrics;
 use crawlguard_core::request::{RequestState, Step};
 use crawlguard_core::store::{SharedData, StoreError};
-use crawlguard_core::worker::Worker;
+use crawlguard_core::worker::{self, Worker};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -272,22 +271,29 @@ impl ReplayProxy {
     /// A worker for `cfg`, its shared-data slots created.
     pub fn new(cfg: Config) -> ReplayProxy {
         let mut names: Vec<String> = vec![String::new()];
-        let metrics = Metrics::define(&cfg, &mut |n, _kind| {
-            names.push(n.to_string());
-            u32::try_from(names.len() - 1).ok()
-        });
         let class_header = cfg.class_header.clone();
-        let worker = Worker::new(cfg, metrics, 42);
-        let host = ReplayHost {
+        let mut host = ReplayHost {
             now_ns: 0,
             store: Store::default(),
             class_header,
             req: Req::default(),
-            metrics: vec![0; names.len()],
+            metrics: Vec::new(),
             callouts: Vec::new(),
             next_token: 0,
         };
-        let _ = worker.precreate(&host.store);
+        // As `on_configure` (worker::configure). No draw: an unset store.hash_seed is the
+        // published one, so a replay hashes alike on every run.
+        let worker = worker::configure(
+            cfg,
+            &host.store,
+            &mut || None,
+            &mut |n, _kind| {
+                names.push(n.to_string());
+                u32::try_from(names.len() - 1).ok()
+            },
+            42,
+        );
+        host.metrics = vec![0; names.len()];
         ReplayProxy {
             host,
             worker: Rc::new(worker),

@@ -14,12 +14,11 @@
 //! crawlguard itself is never rewritten. `filter.rs` only translates callbacks into these
 //! calls.
 
-use crate::config::{Config, IpSource, KeyKind};
+use crate::config::{Config, KeyKind};
 use crate::host::{ContextId, Host, LocalReply};
 use crate::identity::class::Class;
-use crate::identity::client_ip;
-use crate::identity::verification::{self, Check, Verifier, VerifyParts};
-use crate::identity::verifier_flights::{Claim, Waiter};
+use crate::identity::verification::{Verifier, VerifyParts};
+use crate::identity::verifier_flights::Waiter;
 use crate::limits::limiter::{Decision, Limiter, RequestKeys, Reservation};
 use crate::log_limit::WarnEvery10s;
 use crate::metrics::Metrics;
@@ -29,7 +28,12 @@ use std::cell::RefCell;
 use std::net::IpAddr;
 use std::rc::Weak;
 
+mod claim;
+mod facts;
 mod response_path;
+
+use claim::verify_claim;
+pub use facts::{path_only, Facts};
 pub use response_path::parse_cost;
 
 /// How the root context refers to a paused request (weak: the request may be gone).
@@ -103,67 +107,6 @@ enum Phase {
     /// The stream ended (the client went away) while it waited for its verdict: a verdict
     /// that arrives before the context is deleted decides and charges nothing.
     Ended,
-}
-
-/// The request facts verification and limiting need, derived once from the request
-/// headers (and kept while the request waits for a verdict).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Facts {
-    /// Route index (see [`Config::route_name`]).
-    pub route: usize,
-    /// The full client address (per `client_ip`): what a crawler claim is about; `None` if
-    /// nothing parses.
-    pub client_ip: Option<IpAddr>,
-    /// The client address masked to its prefix: the `client_ip` bucket key and the prefix
-    /// whose spoofed verdicts are counted.
-    pub client_prefix: Option<IpAddr>,
-    /// The path (query ignored) is in `exempt_paths`.
-    pub exempt: bool,
-    /// The class a verifiable crawler claim asks for (a catalog bot with `verify: true`),
-    /// once classified: with `on_error: unverified_bot` (the default) a request that gets
-    /// it was verified, and never escalates.
-    pub claimed: Option<Class>,
-}
-
-/// `:path` without its query string (and fragment).
-pub fn path_only(path: &[u8]) -> &[u8] {
-    let end = path
-        .iter()
-        .position(|b| *b == b'?' || *b == b'#')
-        .unwrap_or(path.len());
-    path.get(..end).unwrap_or(path)
-}
-
-impl Facts {
-    /// Reads the facts of the current request (host calls: `:path`, the downstream
-    /// address, and `x-forwarded-for` when configured; only `:path` for an exempt path).
-    pub fn read(cfg: &Config, host: &mut dyn Host) -> Facts {
-        let raw_path = host.request_header(":path").unwrap_or_default();
-        let path = path_only(&raw_path);
-        let route = cfg.route_of(path);
-        if cfg.exempt_paths.iter().any(|e| e.as_bytes() == path) {
-            return Facts {
-                route,
-                client_ip: None,
-                client_prefix: None,
-                exempt: true,
-                claimed: None,
-            };
-        }
-        let remote = host.downstream_address();
-        let xff = match cfg.client_ip.source {
-            IpSource::Xff => host.request_header("x-forwarded-for"),
-            IpSource::RemoteAddress => None,
-        };
-        let client_ip = client_ip::client_ip(&cfg.client_ip, remote.as_deref(), xff.as_deref());
-        Facts {
-            route,
-            client_ip,
-            client_prefix: client_ip.map(|ip| client_ip::masked(ip, &cfg.client_ip)),
-            exempt: false,
-            claimed: None,
-        }
-    }
 }
 
 /// One request's state (held by its proxy-wasm context, and weakly by a flight while
@@ -479,71 +422,6 @@ impl RequestState {
         {
             *sent = host.now_ns().unwrap_or(*sent);
         }
-    }
-}
-
-/// The class of a `verify: true` claim from what is known now, or `None` after pausing the
-/// request on the claim's flight.
-fn verify_claim(
-    me: Handle,
-    context: ContextId,
-    w: RequestParts<'_>,
-    host: &mut dyn Host,
-    facts: &Facts,
-    bot_id: &str,
-    bot_class: Class,
-) -> Option<Class> {
-    let Some(now) = host.now_ns() else {
-        // No clock: no cache, no deadline. Decide as a verifier error would.
-        return Some(match w.cfg.verifier.on_error {
-            crate::config::OnError::UnverifiedBot => Class::UnverifiedBot,
-            crate::config::OnError::ClaimedClass => bot_class,
-        });
-    };
-    // The claim is about the full address; the prefix groups it like the buckets do.
-    let Some(ip) = facts.client_ip else {
-        return Some(Class::UnverifiedBot);
-    };
-    // The sidecar's published ranges decide range-verifiable claims here, no callout.
-    let by_ranges = w
-        .verifier
-        .ranges
-        .try_borrow()
-        .ok()
-        .and_then(|r| r.verdict(ip, bot_id));
-    if let Some(v) = by_ranges {
-        let event = match v {
-            crate::identity::verifier_answer::Verdict::Verified => {
-                crate::metrics::VerifyEvent::RangeVerified
-            }
-            _ => crate::metrics::VerifyEvent::RangeSpoofed,
-        };
-        w.metrics.count_verify(host, event);
-        return Some(crate::identity::verifier_answer::class_for(v, bot_class));
-    }
-    let prefix = facts.client_prefix.unwrap_or(ip);
-    let (fp, prefix_fp) = match w.limiter.try_borrow() {
-        Ok(l) => (
-            l.claim_fingerprint(ip, bot_id),
-            l.prefix_fingerprint(prefix),
-        ),
-        Err(_) => return Some(Class::UnverifiedBot),
-    };
-    let claim = Claim {
-        fp,
-        prefix_fp,
-        ip,
-        bot_id: bot_id.to_string(),
-        bot_class,
-    };
-    let waiter = Waiter {
-        context,
-        handle: me,
-        deadline_ns: now.saturating_add(u64::from(w.cfg.verifier.timeout_ms) * 1_000_000),
-    };
-    match verification::check(w.verify(), host, &claim, waiter, now) {
-        Check::Class(class) => Some(class),
-        Check::Wait => None,
     }
 }
 

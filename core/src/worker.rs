@@ -12,10 +12,11 @@ use crate::identity::published_ranges::{self, RangesParts};
 use crate::identity::verification::{self, Resolution, Verifier, VerifyParts};
 use crate::limits::limiter::Limiter;
 use crate::log_limit::WarnEvery10s;
-use crate::metrics::Metrics;
+use crate::metrics::{MetricKind, Metrics};
 use crate::protection::shedder::Shedder;
 use crate::request::{self, Handle, RequestParts};
 use crate::response::rejection::Jitter;
+use crate::store::{self, SharedData, StoreShape};
 use std::cell::RefCell;
 use std::net::IpAddr;
 
@@ -40,8 +41,50 @@ pub struct Worker {
     pub jitter: Jitter,
 }
 
+/// Builds the worker for a validated configuration, as every driver must (the filter's
+/// `on_configure`, the host tests' fake proxy, the command's replay): logs the
+/// configuration's warnings; resolves an unset `store.hash_seed` (the one this Envoy keeps
+/// in `store`, else `draw_seed()`; warns when it falls back to the published seed,
+/// [`store::resolve_hash_seed`]); records the store's shape and warns when it changed
+/// ([`store::record_shape`]); defines every metric with `define_metric`; and pre-creates the
+/// shared-data slots (warns on a store error, and continues). `jitter_seed` seeds
+/// Retry-After jitter (any value).
+pub fn configure(
+    mut cfg: Config,
+    store: &dyn SharedData,
+    draw_seed: &mut dyn FnMut() -> Option<u64>,
+    define_metric: &mut dyn FnMut(&str, MetricKind) -> Option<u32>,
+    jitter_seed: u64,
+) -> Worker {
+    for w in &cfg.warnings {
+        log::warn!("configuration warning: {w}");
+    }
+    let (hash_seed, secret) = store::resolve_hash_seed(store, cfg.store.hash_seed, draw_seed);
+    if !secret && cfg.store.hash_seed.is_none() {
+        log::warn!(
+            "store.hash_seed: could not draw or keep a random seed; using the published one \
+             (slot collisions can be planned): set store.hash_seed"
+        );
+    }
+    cfg.store.hash_seed = Some(hash_seed);
+    let shape = StoreShape {
+        slots: cfg.store.slots,
+        hash_seed,
+    };
+    if let Some(change) = store::record_shape(store, shape) {
+        log::warn!("{change}");
+    }
+    let metrics = Metrics::define(&cfg, define_metric);
+    let worker = Worker::new(cfg, metrics, jitter_seed);
+    if let Err(e) = worker.precreate(store) {
+        log::warn!("could not pre-create shared-data slots ({e:?}); continuing");
+    }
+    worker
+}
+
 impl Worker {
-    /// Builds a worker for `cfg`; `seed` seeds Retry-After jitter (any value; 0 is fine).
+    /// Builds a worker for `cfg` as it is (no hash seed resolved, nothing created: see
+    /// [`configure`]); `seed` seeds Retry-After jitter (any value; 0 is fine).
     pub fn new(cfg: Config, metrics: Metrics, seed: u64) -> Worker {
         Worker {
             limiter: RefCell::new(Limiter::new(&cfg)),

@@ -9,7 +9,7 @@
 
 use crate::config::Config;
 use crate::config::{ClassPolicy, Limit};
-use crate::fleet::{self, FleetBuckets};
+use crate::fleet::FleetBuckets;
 use crate::identity::class::Class;
 use crate::limits::bucket::{self, Take};
 use crate::limits::bucket_key::KeyPart;
@@ -25,6 +25,7 @@ use std::net::IpAddr;
 pub use key_state::KeyState;
 pub use reservation::Reservation;
 
+mod fleet_fold;
 mod key_state;
 mod reservation;
 
@@ -222,74 +223,6 @@ impl Limiter {
             .key_candidates(self.key(limit_name, &KeyPart::Ip(client)).fp)
     }
 
-    /// Fleet state (`None` when fleet mode is off).
-    pub fn fleet(&self) -> Option<&FleetBuckets> {
-        self.fleet.as_ref()
-    }
-
-    /// Fleet state, to change (`None` when fleet mode is off).
-    pub fn fleet_mut(&mut self) -> Option<&mut FleetBuckets> {
-        self.fleet.as_mut()
-    }
-
-    /// The bucket this Envoy keeps for a limit of `rate`: the limit itself, or in fleet
-    /// mode this replica's share of it ([`fleet::FleetView::local_rate`]).
-    pub fn local_rate(&self, rate: bucket::Rate) -> bucket::Rate {
-        match &self.fleet {
-            Some(f) => f.view.local_rate(rate),
-            None => rate,
-        }
-    }
-
-    /// Folds a fleet sync answer into the local buckets: `states[i]` is the fleet-wide state
-    /// of `batch[i]`'s bucket, `replicas` the live replica count. A bucket with fewer tokens
-    /// in this replica's share of the fleet's ([`fleet::folded_tat`], plus what this
-    /// worker took since the sync left) than locally is set to that share; one with more
-    /// keeps its local state (it refills by itself).
-    pub fn fold_fleet(
-        &mut self,
-        cfg: &Config,
-        store: &dyn SharedData,
-        batch: &[fleet::Use],
-        states: &[crawlguard_contract::fleet::KeyState],
-        replicas: u32,
-        now_ns: u64,
-    ) {
-        let Some(f) = self.fleet.as_mut() else {
-            return;
-        };
-        f.view.replicas = replicas.max(1);
-        f.view.degraded = false;
-        let view = f.view;
-        let mut events = StoreEvents::default();
-        for (u, s) in batch.iter().zip(states) {
-            let Some(limit) = cfg.limits.get(u.limit) else {
-                continue;
-            };
-            let unsent = self.fleet.as_ref().map_or(0, |f| f.ledger.used(u.key.fp));
-            let local = view.local_rate(limit.rate);
-            let tat = fleet::folded_tat(
-                now_ns,
-                limit.rate,
-                local,
-                s.full_in_ns,
-                view.replicas,
-                unsent,
-            );
-            // Only ever stricter: the fleet's view is an interval old (the other replicas'
-            // newer use is missing from it), the local bucket already counts this Envoy's.
-            let _ = self.update(store, u.key, now_ns, &mut events, &mut |old| {
-                let local_tat = old.map_or(0, |s| s.bucket.tat_ns);
-                if tat <= local_tat.max(now_ns) {
-                    return ((), None);
-                }
-                let mut st = old.unwrap_or_default();
-                st.bucket = fleet::folded(now_ns, tat);
-                ((), Some(st))
-            });
-        }
-    }
-
     /// The bucket slot table (for pre-creating slots at start).
     pub fn table(&self) -> &SlotTable<KeyState> {
         &self.buckets
@@ -344,7 +277,7 @@ impl Limiter {
         }
     }
 
-    /// Changes `key`'s state with `f`: in the shared table, else (any [`StoreFault`],
+    /// Changes `key`'s state with `f`: in the shared table, else (any [`crate::store::StoreFault`],
     /// counted in `events`) in the per-worker fallback, which never fails.
     fn update<T>(
         &mut self,

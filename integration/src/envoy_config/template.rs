@@ -43,7 +43,7 @@ pub(crate) fn json_str(s: &str) -> String {
 fn replace_required(text: &str, from: &str, to: &str) -> String {
     assert!(
         text.contains(from),
-        "envoy/envoy.yaml no longer contains `{from}`; update integration/src/envoy_config.rs"
+        "envoy/envoy.yaml no longer contains `{from}`; update integration/src/envoy_config/template.rs"
     );
     text.replace(from, to)
 }

@@ -1,0 +1,73 @@
+//! A request's crawler claim: decided by the published ranges or the verdict cache now, or
+//! paused on the claim's verifier flight ([`crate::identity::verification`]).
+
+use super::{Facts, Handle, RequestParts};
+use crate::host::{ContextId, Host};
+use crate::identity::class::Class;
+use crate::identity::verification::{self, Check};
+use crate::identity::verifier_flights::{Claim, Waiter};
+
+/// The class of a `verify: true` claim from what is known now, or `None` after pausing the
+/// request on the claim's flight.
+pub(super) fn verify_claim(
+    me: Handle,
+    context: ContextId,
+    w: RequestParts<'_>,
+    host: &mut dyn Host,
+    facts: &Facts,
+    bot_id: &str,
+    bot_class: Class,
+) -> Option<Class> {
+    let Some(now) = host.now_ns() else {
+        // No clock: no cache, no deadline. Decide as a verifier error would.
+        return Some(match w.cfg.verifier.on_error {
+            crate::config::OnError::UnverifiedBot => Class::UnverifiedBot,
+            crate::config::OnError::ClaimedClass => bot_class,
+        });
+    };
+    // The claim is about the full address; the prefix groups it like the buckets do.
+    let Some(ip) = facts.client_ip else {
+        return Some(Class::UnverifiedBot);
+    };
+    // The sidecar's published ranges decide range-verifiable claims here, no callout.
+    let by_ranges = w
+        .verifier
+        .ranges
+        .try_borrow()
+        .ok()
+        .and_then(|r| r.verdict(ip, bot_id));
+    if let Some(v) = by_ranges {
+        let event = match v {
+            crate::identity::verifier_answer::Verdict::Verified => {
+                crate::metrics::VerifyEvent::RangeVerified
+            }
+            _ => crate::metrics::VerifyEvent::RangeSpoofed,
+        };
+        w.metrics.count_verify(host, event);
+        return Some(crate::identity::verifier_answer::class_for(v, bot_class));
+    }
+    let prefix = facts.client_prefix.unwrap_or(ip);
+    let (fp, prefix_fp) = match w.limiter.try_borrow() {
+        Ok(l) => (
+            l.claim_fingerprint(ip, bot_id),
+            l.prefix_fingerprint(prefix),
+        ),
+        Err(_) => return Some(Class::UnverifiedBot),
+    };
+    let claim = Claim {
+        fp,
+        prefix_fp,
+        ip,
+        bot_id: bot_id.to_string(),
+        bot_class,
+    };
+    let waiter = Waiter {
+        context,
+        handle: me,
+        deadline_ns: now.saturating_add(u64::from(w.cfg.verifier.timeout_ms) * 1_000_000),
+    };
+    match verification::check(w.verify(), host, &claim, waiter, now) {
+        Check::Class(class) => Some(class),
+        Check::Wait => None,
+    }
+}

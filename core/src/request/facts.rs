@@ -1,0 +1,69 @@
+//! What a request's headers say, read once: its route, client address and prefix, and
+//! whether its path is exempt ([`Facts`]).
+
+use crate::config::{Config, IpSource};
+use crate::host::Host;
+use crate::identity::class::Class;
+use crate::identity::client_ip;
+use std::net::IpAddr;
+
+/// The request facts verification and limiting need, derived once from the request
+/// headers (and kept while the request waits for a verdict).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    /// Route index (see [`Config::route_name`]).
+    pub route: usize,
+    /// The full client address (per `client_ip`): what a crawler claim is about; `None` if
+    /// nothing parses.
+    pub client_ip: Option<IpAddr>,
+    /// The client address masked to its prefix: the `client_ip` bucket key and the prefix
+    /// whose spoofed verdicts are counted.
+    pub client_prefix: Option<IpAddr>,
+    /// The path (query ignored) is in `exempt_paths`.
+    pub exempt: bool,
+    /// The class a verifiable crawler claim asks for (a catalog bot with `verify: true`),
+    /// once classified: with `on_error: unverified_bot` (the default) a request that gets
+    /// it was verified, and never escalates.
+    pub claimed: Option<Class>,
+}
+
+/// `:path` without its query string (and fragment).
+pub fn path_only(path: &[u8]) -> &[u8] {
+    let end = path
+        .iter()
+        .position(|b| *b == b'?' || *b == b'#')
+        .unwrap_or(path.len());
+    path.get(..end).unwrap_or(path)
+}
+
+impl Facts {
+    /// Reads the facts of the current request (host calls: `:path`, the downstream
+    /// address, and `x-forwarded-for` when configured; only `:path` for an exempt path).
+    pub fn read(cfg: &Config, host: &mut dyn Host) -> Facts {
+        let raw_path = host.request_header(":path").unwrap_or_default();
+        let path = path_only(&raw_path);
+        let route = cfg.route_of(path);
+        if cfg.exempt_paths.iter().any(|e| e.as_bytes() == path) {
+            return Facts {
+                route,
+                client_ip: None,
+                client_prefix: None,
+                exempt: true,
+                claimed: None,
+            };
+        }
+        let remote = host.downstream_address();
+        let xff = match cfg.client_ip.source {
+            IpSource::Xff => host.request_header("x-forwarded-for"),
+            IpSource::RemoteAddress => None,
+        };
+        let client_ip = client_ip::client_ip(&cfg.client_ip, remote.as_deref(), xff.as_deref());
+        Facts {
+            route,
+            client_ip,
+            client_prefix: client_ip.map(|ip| client_ip::masked(ip, &cfg.client_ip)),
+            exempt: false,
+            claimed: None,
+        }
+    }
+}
