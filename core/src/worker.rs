@@ -59,7 +59,8 @@ pub fn configure(
     for w in &cfg.warnings {
         log::warn!("configuration warning: {w}");
     }
-    let (hash_seed, secret) = store::resolve_hash_seed(store, cfg.store.hash_seed, draw_seed);
+    let (hash_seed, secret) =
+        store::resolve_hash_seed(store, cfg.store.hash_seed, draw_seed, cfg.store.cas_retries);
     if !secret && cfg.store.hash_seed.is_none() {
         log::warn!(
             "store.hash_seed: could not draw or keep a random seed; using the published one \
@@ -71,7 +72,7 @@ pub fn configure(
         slots: cfg.store.slots,
         hash_seed,
     };
-    if let Some(change) = store::record_shape(store, shape) {
+    if let Some(change) = store::record_shape(store, shape, cfg.store.cas_retries) {
         log::warn!("{change}");
     }
     let metrics = Metrics::define(&cfg, define_metric);

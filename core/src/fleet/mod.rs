@@ -33,7 +33,7 @@
 
 use crate::config::{Config, DegradedShare};
 use crate::limits::bucket::{BucketState, Rate};
-use crate::store::{SharedData, StateKey, StoreError};
+use crate::store::{read_modify_write, Rewrite, SharedData, StateKey, StoreError};
 use crawlguard_contract::fleet as wire;
 use std::collections::HashMap;
 
@@ -280,20 +280,17 @@ pub fn folded(now_ns: u64, tat_ns: u64) -> BucketState {
 /// This Envoy's replica id: read from shared data (every worker of the Envoy uses the
 /// same), created as `candidate` on first use. Read on every sync, so workers that raced to
 /// create it agree from the next sync on. `None` if shared data fails.
-pub fn replica_id(store: &dyn SharedData, candidate: &str) -> Option<String> {
-    match store.get(REPLICA_KEY) {
-        Ok(Some((bytes, _))) => {
-            if let Ok(s) = std::str::from_utf8(&bytes) {
-                if wire::is_valid_replica(s) {
-                    return Some(s.to_string());
-                }
-            }
-        }
-        Ok(None) => {}
-        Err(_) => return None,
-    }
-    match store.set(REPLICA_KEY, candidate.as_bytes(), 0) {
-        Ok(()) | Err(StoreError::CasMismatch) => Some(candidate.to_string()),
+pub fn replica_id(store: &dyn SharedData, candidate: &str, retries: u32) -> Option<String> {
+    let id = read_modify_write(store, REPLICA_KEY, retries, &mut |bytes| match bytes
+        .and_then(|b| std::str::from_utf8(b).ok())
+    {
+        Some(s) if wire::is_valid_replica(s) => Rewrite::Keep(s.to_string()),
+        _ => Rewrite::Write(candidate.as_bytes().to_vec(), candidate.to_string()),
+    });
+    match id {
+        Ok(id) => Some(id),
+        // Lost every race: the next sync reads the winner's.
+        Err(StoreError::CasMismatch) => Some(candidate.to_string()),
         Err(StoreError::Host(_)) => None,
     }
 }
@@ -398,12 +395,12 @@ mod tests {
     #[test]
     fn the_replica_id_is_created_once_and_shared() {
         let store = crate::store::mem::MemStore::default();
-        assert_eq!(replica_id(&store, "envoy-a").as_deref(), Some("envoy-a"));
+        assert_eq!(replica_id(&store, "envoy-a", 8).as_deref(), Some("envoy-a"));
         // Another worker's candidate loses to the id already there.
-        assert_eq!(replica_id(&store, "envoy-b").as_deref(), Some("envoy-a"));
+        assert_eq!(replica_id(&store, "envoy-b", 8).as_deref(), Some("envoy-a"));
         store.set(REPLICA_KEY, b"not valid!", 0).expect("set");
-        assert_eq!(replica_id(&store, "envoy-c").as_deref(), Some("envoy-c"));
+        assert_eq!(replica_id(&store, "envoy-c", 8).as_deref(), Some("envoy-c"));
         store.fault.set(crate::store::mem::Fault::Error);
-        assert_eq!(replica_id(&store, "envoy-d"), None);
+        assert_eq!(replica_id(&store, "envoy-d", 8), None);
     }
 }

@@ -150,7 +150,7 @@ fn send(w: SyncParts<'_>, host: &mut dyn Host, st: &mut SyncState, now_ns: u64) 
     // The clock too: replicas must differ even if a host's randomness fails (returns 0).
     let random = u64::from(host.random_u32()) << 32 | u64::from(host.random_u32());
     let candidate = format!("envoy-{:016x}", random ^ now_ns);
-    let Some(replica) = replica_id(host.shared_data(), &candidate) else {
+    let Some(replica) = replica_id(host.shared_data(), &candidate, w.cfg.store.cas_retries) else {
         failed(w, host, st, batch, SyncError::Store, now_ns);
         return;
     };

@@ -11,7 +11,7 @@
 //! bytes, a window at most [`MAX_WINDOW_S`] slices (16,141 bytes per route).
 
 use crate::protection::top_clients::{sum_rows, ClientRow, TopClients, TOP_CLIENTS};
-use crate::store::{SharedData, StoreError};
+use crate::store::{read_modify_write, Rewrite, SharedData, StoreError};
 use std::net::{IpAddr, Ipv6Addr};
 
 /// Upper bounds of the latency histogram buckets, ms (the last bucket is everything above).
@@ -282,10 +282,8 @@ pub fn merge(
     cas_retries: u32,
 ) -> Result<Window, StoreError> {
     let window = u64::from(window_s.clamp(1, MAX_WINDOW_S as u32));
-    let mut last_err = StoreError::CasMismatch;
-    for _ in 0..=cas_retries {
-        let (bytes, cas) = store.get(key)?.unwrap_or_default();
-        let decoded = decode(&bytes);
+    read_modify_write(store, key, cas_retries, &mut |bytes| {
+        let decoded = decode(bytes.unwrap_or_default());
         let valid = decoded.is_some();
         let mut slices = decoded.unwrap_or_default();
         let before = slices.len();
@@ -303,15 +301,10 @@ pub fn merge(
         }
         if counts.is_empty() && valid && slices.len() == before {
             // Nothing to add and nothing expired: no write.
-            return Ok(sum);
+            return Rewrite::Keep(sum);
         }
-        match store.set(key, &encode(&slices), cas) {
-            Ok(()) => return Ok(sum),
-            Err(StoreError::CasMismatch) => last_err = StoreError::CasMismatch,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last_err)
+        Rewrite::Write(encode(&slices), sum)
+    })
 }
 
 #[cfg(test)]

@@ -138,21 +138,28 @@ impl Shedder {
             }
             let sick = judged.unhealthy;
             let view = &window.tally;
-            let level =
-                match shedding::step(store, &shedding::key(route), sick, max, now_s, sh.step_s) {
-                    Ok((l, moved)) => {
-                        if let Some(from) = moved {
-                            log_level_change(cfg, route, from, l.level, &window, &judged);
-                        }
-                        l.level
+            let level = match shedding::step(
+                store,
+                &shedding::key(route),
+                sick,
+                max,
+                now_s,
+                sh.step_s,
+                cfg.store.cas_retries,
+            ) {
+                Ok((l, moved)) => {
+                    if let Some(from) = moved {
+                        log_level_change(cfg, route, from, l.level, &window, &judged);
                     }
-                    Err(_) => self
-                        .shed_levels
-                        .try_borrow()
-                        .ok()
-                        .and_then(|l| l.get(i).copied())
-                        .unwrap_or(0),
-                };
+                    l.level
+                }
+                Err(_) => self
+                    .shed_levels
+                    .try_borrow()
+                    .ok()
+                    .and_then(|l| l.get(i).copied())
+                    .unwrap_or(0),
+            };
             levels.push(level);
             if let Some(g) = metrics.route_gauges.get(i) {
                 let values = [

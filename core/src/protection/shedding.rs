@@ -16,7 +16,7 @@ use crate::config::ShedThresholds;
 use crate::protection::origin_health::Tally;
 use crate::protection::origin_health::Window;
 use crate::protection::top_clients;
-use crate::store::{SharedData, StoreError};
+use crate::store::{read_modify_write, Rewrite, SharedData, StoreError};
 
 /// Shared-data key prefix of a route's level (`cg:shed:<route>`).
 pub const LEVEL_PREFIX: &str = "cg:shed:";
@@ -152,21 +152,17 @@ pub fn step(
     max: u8,
     now_s: u64,
     step_s: u32,
+    cas_retries: u32,
 ) -> Result<(ShedLevel, Option<u8>), StoreError> {
-    let (bytes, cas) = store.get(key)?.unwrap_or_default();
-    let cur = ShedLevel::decode(&bytes).unwrap_or_default();
-    let Some(next) = next_level(cur, unhealthy, max, now_s, step_s) else {
-        return Ok((cur, None));
-    };
-    match store.set(key, &next.encode(), cas) {
-        Ok(()) => Ok((next, Some(cur.level))),
-        // Another worker moved it first: theirs is in force.
-        Err(StoreError::CasMismatch) => {
-            let (bytes, _) = store.get(key)?.unwrap_or_default();
-            Ok((ShedLevel::decode(&bytes).unwrap_or(next), None))
+    // Another worker that moved it first leaves a level changed this second, which
+    // `next_level` keeps (`step_s` >= 1): theirs is in force.
+    read_modify_write(store, key, cas_retries, &mut |bytes| {
+        let cur = ShedLevel::decode(bytes.unwrap_or_default()).unwrap_or_default();
+        match next_level(cur, unhealthy, max, now_s, step_s) {
+            None => Rewrite::Keep((cur, None)),
+            Some(next) => Rewrite::Write(next.encode().to_vec(), (next, Some(cur.level))),
         }
-        Err(e) => Err(e),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -314,7 +310,7 @@ mod tests {
         let store = MemStore::default();
         let k = key("default");
         assert_eq!(
-            step(&store, &k, true, 3, 100, 10),
+            step(&store, &k, true, 3, 100, 10, 8),
             Ok((
                 ShedLevel {
                     level: 1,
@@ -325,7 +321,7 @@ mod tests {
         );
         // A second worker in the same second: no second step.
         assert_eq!(
-            step(&store, &k, true, 3, 100, 10),
+            step(&store, &k, true, 3, 100, 10, 8),
             Ok((
                 ShedLevel {
                     level: 1,
@@ -335,16 +331,16 @@ mod tests {
             ))
         );
         assert_eq!(
-            step(&store, &k, true, 3, 110, 10).map(|(l, _)| l.level),
+            step(&store, &k, true, 3, 110, 10, 8).map(|(l, _)| l.level),
             Ok(2)
         );
         assert_eq!(
-            step(&store, &k, false, 3, 120, 10).map(|(l, _)| l.level),
+            step(&store, &k, false, 3, 120, 10, 8).map(|(l, _)| l.level),
             Ok(1)
         );
         store.poke(&k, b"garbage");
         assert_eq!(
-            step(&store, &k, false, 3, 130, 10),
+            step(&store, &k, false, 3, 130, 10, 8),
             Ok((ShedLevel::default(), None))
         );
     }

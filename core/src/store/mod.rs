@@ -2,10 +2,15 @@
 //! Envoy worker); [`StateStore`] is governor's `measure_and_replace` seam over it: the store
 //! owns the read / compare-and-swap / retry loop, the caller passes the math. Two stores
 //! implement it: the shared slot table ([`crate::store::slot_table`]) and the per-worker fallback
-//! ([`crate::store::local_store`]); the fleet store will be a third.
+//! ([`crate::store::local_store`]). Fleet mode is not a third store: it changes the share of
+//! each local bucket and folds the fleet's state into them (`crate::fleet`), so no request
+//! waits on the network.
 //!
-//! Also here: the record of the store settings in force ([`record_shape`]), and an
-//! in-memory [`SharedData`] with fault injection for host tests ([`mem`]).
+//! Every other shared value (origin health, shed levels, the store's shape, the hash seed,
+//! the fleet replica id) changes through one [`read_modify_write`] with one retry policy
+//! (`store.cas_retries`). Also here: the record of the store settings in force
+//! ([`record_shape`]), and an in-memory [`SharedData`] with fault injection for host tests
+//! (`mem`, compiled only for tests and crawlguard-testkit).
 
 /// Error from the shared-data host calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +101,46 @@ pub const SEED_KEY: &str = "cg:store:seed";
 /// [`resolve_hash_seed`]).
 pub const PUBLISHED_HASH_SEED: u64 = 0x6372_6177_6c67_7561;
 
+/// What a read-modify-write ([`read_modify_write`]) makes of the value it read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rewrite<T> {
+    /// Leave the value as it is; the result is `T`.
+    Keep(T),
+    /// Write these bytes over it; the result is `T` once they are written.
+    Write(Vec<u8>, T),
+}
+
+/// The one read-modify-write of a single shared-data key (the slot tables have their own,
+/// [`StateStore::measure_and_replace`], over a key's candidate slots): reads `key`, hands
+/// its bytes (`None`: absent) to `change`, and writes what it asks with the read's CAS. When
+/// another worker wrote in between (CAS mismatch) it reads and asks again, at most `retries`
+/// more times (`store.cas_retries`, the one retry policy for shared data); `change` may so
+/// run several times. Errors: a host error at once; [`StoreError::CasMismatch`] when every
+/// attempt lost. An absent key is written with CAS 0, which Envoy does not check: two
+/// first writes may both succeed, so a caller that must agree reads back.
+pub fn read_modify_write<T>(
+    store: &dyn SharedData,
+    key: &str,
+    retries: u32,
+    change: &mut dyn FnMut(Option<&[u8]>) -> Rewrite<T>,
+) -> Result<T, StoreError> {
+    for _ in 0..=retries {
+        let (bytes, cas) = match store.get(key)? {
+            Some((bytes, cas)) => (Some(bytes), cas),
+            None => (None, 0),
+        };
+        match change(bytes.as_deref()) {
+            Rewrite::Keep(t) => return Ok(t),
+            Rewrite::Write(new, t) => match store.set(key, &new, cas) {
+                Ok(()) => return Ok(t),
+                Err(StoreError::CasMismatch) => continue,
+                Err(e) => return Err(e),
+            },
+        }
+    }
+    Err(StoreError::CasMismatch)
+}
+
 /// The hash seed in force, and whether it is secret: `configured` when set; else the seed
 /// this Envoy drew at its first load and kept in shared data ([`SEED_KEY`], which outlives
 /// configurations while the `vm_id` stays the same, so every worker and every reload hashes
@@ -108,30 +153,37 @@ pub fn resolve_hash_seed(
     store: &dyn SharedData,
     configured: Option<u64>,
     draw: &mut dyn FnMut() -> Option<u64>,
+    retries: u32,
 ) -> (u64, bool) {
     if let Some(s) = configured {
         return (s, s != PUBLISHED_HASH_SEED);
     }
-    for _ in 0..8 {
-        let cas = match store.get(SEED_KEY) {
-            Ok(Some((bytes, cas))) => match <[u8; 8]>::try_from(bytes.as_slice()) {
-                Ok(b) => return (u64::from_le_bytes(b), true),
-                // Unreadable: replaced below.
-                Err(_) => cas,
-            },
-            Ok(None) => 0,
-            Err(_) => break,
-        };
-        let Some(seed) = draw() else { break };
-        match store.set(SEED_KEY, &seed.to_le_bytes(), cas) {
-            // Read back, not assumed: a first write (CAS 0) overwrites unconditionally, so
-            // two workers' first loads may both write; each takes what is stored.
-            Ok(()) => continue,
-            Err(StoreError::CasMismatch) => continue,
-            Err(StoreError::Host(_)) => break,
-        }
+    enum Seed {
+        Kept(u64),
+        Written,
+        NoDraw,
     }
-    (PUBLISHED_HASH_SEED, false)
+    let kept = |bytes: Option<&[u8]>| bytes.and_then(|b| <[u8; 8]>::try_from(b).ok());
+    let resolved = read_modify_write(store, SEED_KEY, retries, &mut |bytes| match kept(bytes) {
+        Some(b) => Rewrite::Keep(Seed::Kept(u64::from_le_bytes(b))),
+        // Unreadable or absent: a new draw.
+        None => match draw() {
+            Some(seed) => Rewrite::Write(seed.to_le_bytes().to_vec(), Seed::Written),
+            None => Rewrite::Keep(Seed::NoDraw),
+        },
+    });
+    match resolved {
+        Ok(Seed::Kept(s)) => (s, true),
+        // Read back, not assumed: a first write (CAS 0) overwrites unconditionally, so two
+        // workers' first loads may both write; each takes what is stored.
+        Ok(Seed::Written) => match store.get(SEED_KEY) {
+            Ok(Some((b, _))) => kept(Some(&b)).map_or((PUBLISHED_HASH_SEED, false), |b| {
+                (u64::from_le_bytes(b), true)
+            }),
+            _ => (PUBLISHED_HASH_SEED, false),
+        },
+        Ok(Seed::NoDraw) | Err(_) => (PUBLISHED_HASH_SEED, false),
+    }
 }
 /// Meta encoding version byte.
 const META_VERSION: u8 = 1;
@@ -193,23 +245,19 @@ impl StoreShape {
 /// changed, or when another VM of the same configuration recorded it first (CAS), so each
 /// change is reported once; also `None` on a store error (best effort, never fatal) or an
 /// unreadable record (it is overwritten).
-pub fn record_shape(store: &dyn SharedData, shape: StoreShape) -> Option<String> {
-    for _ in 0..8 {
-        let (old, cas) = match store.get(META_KEY) {
-            Ok(Some((bytes, cas))) => (StoreShape::decode(&bytes), cas),
-            Ok(None) => (None, 0),
-            Err(_) => return None,
-        };
+pub fn record_shape(store: &dyn SharedData, shape: StoreShape, retries: u32) -> Option<String> {
+    read_modify_write(store, META_KEY, retries, &mut |bytes| {
+        let old = bytes.and_then(StoreShape::decode);
         if old == Some(shape) {
-            return None;
+            return Rewrite::Keep(None);
         }
-        match store.set(META_KEY, &shape.encode(), cas) {
-            Ok(()) => return old.and_then(|o| shape.change_from(&o)),
-            Err(StoreError::CasMismatch) => continue,
-            Err(StoreError::Host(_)) => return None,
-        }
-    }
-    None
+        Rewrite::Write(
+            shape.encode().to_vec(),
+            old.and_then(|o| shape.change_from(&o)),
+        )
+    })
+    .ok()
+    .flatten()
 }
 
 pub mod local_store;
@@ -228,20 +276,20 @@ mod tests {
         let store = MemStore::default();
         let shape = |slots, hash_seed| StoreShape { slots, hash_seed };
         // First start: recorded, nothing to report; the same again: nothing.
-        assert_eq!(record_shape(&store, shape(16_384, 7)), None);
-        assert_eq!(record_shape(&store, shape(16_384, 7)), None);
+        assert_eq!(record_shape(&store, shape(16_384, 7), 8), None);
+        assert_eq!(record_shape(&store, shape(16_384, 7), 8), None);
         assert_eq!(
-            record_shape(&store, shape(65_536, 7)).as_deref(),
+            record_shape(&store, shape(65_536, 7), 8).as_deref(),
             Some("store.slots changed 16384 -> 65536: every rate-limit bucket starts full again")
         );
         // The other VMs of the same configuration see it recorded: reported once.
-        assert_eq!(record_shape(&store, shape(65_536, 7)), None);
+        assert_eq!(record_shape(&store, shape(65_536, 7), 8), None);
         assert_eq!(
-            record_shape(&store, shape(65_536, 8)).as_deref(),
+            record_shape(&store, shape(65_536, 8), 8).as_deref(),
             Some("store.hash_seed changed: every rate-limit bucket starts full again")
         );
         assert_eq!(
-            record_shape(&store, shape(64, 9)).as_deref(),
+            record_shape(&store, shape(64, 9), 8).as_deref(),
             Some(
                 "store.slots changed 65536 -> 64 and store.hash_seed changed: every rate-limit \
                  bucket starts full again"
@@ -249,13 +297,47 @@ mod tests {
         );
         // An unreadable record is overwritten without a report; a store error is silent.
         store.poke(META_KEY, b"garbage");
-        assert_eq!(record_shape(&store, shape(128, 9)), None);
+        assert_eq!(record_shape(&store, shape(128, 9), 8), None);
         assert_eq!(
-            record_shape(&store, shape(64, 9)).as_deref(),
+            record_shape(&store, shape(64, 9), 8).as_deref(),
             Some("store.slots changed 128 -> 64: every rate-limit bucket starts full again")
         );
         store.fault.set(Fault::Error);
-        assert_eq!(record_shape(&store, shape(1, 1)), None);
+        assert_eq!(record_shape(&store, shape(1, 1), 8), None);
+    }
+
+    #[test]
+    fn a_read_modify_write_retries_lost_races_then_gives_up_and_stops_at_a_host_error() {
+        let store = MemStore::default();
+        let runs = Cell::new(0u32);
+        let mut bump = |b: Option<&[u8]>| {
+            runs.set(runs.get() + 1);
+            let n = b.map_or(0, |b| b.len());
+            Rewrite::Write(vec![0; n + 1], n + 1)
+        };
+        assert_eq!(read_modify_write(&store, "k", 2, &mut bump), Ok(1));
+        assert_eq!(read_modify_write(&store, "k", 2, &mut bump), Ok(2));
+        assert_eq!(runs.get(), 2);
+        // Every CAS-checked write loses: 1 + 2 retries, then the mismatch.
+        store.fault.set(Fault::CasMismatch);
+        assert_eq!(
+            read_modify_write(&store, "k", 2, &mut bump),
+            Err(StoreError::CasMismatch)
+        );
+        assert_eq!(runs.get(), 5);
+        // Keep writes nothing, whatever the store would do.
+        assert_eq!(
+            read_modify_write(&store, "k", 2, &mut |_| Rewrite::Keep(7)),
+            Ok(7)
+        );
+        store.fault.set(Fault::Error);
+        assert!(matches!(
+            read_modify_write(&store, "k", 2, &mut bump),
+            Err(StoreError::Host(_))
+        ));
+        assert_eq!(runs.get(), 5);
+        store.fault.set(Fault::None);
+        assert_eq!(store.get("k").map(|v| v.map(|(b, _)| b.len())), Ok(Some(2)));
     }
 
     #[test]
@@ -266,23 +348,23 @@ mod tests {
             draws.set(draws.get() + 1);
             Some(0x1234_5678_9abc_def0_u64.wrapping_mul(draws.get()))
         };
-        let first = resolve_hash_seed(&store, None, &mut draw);
+        let first = resolve_hash_seed(&store, None, &mut draw, 8);
         assert_eq!(first, (0x1234_5678_9abc_def0, true));
         // Another worker, or the next configuration: the same seed, nothing drawn.
-        assert_eq!(resolve_hash_seed(&store, None, &mut draw), first);
-        assert_eq!(resolve_hash_seed(&store, None, &mut draw), first);
+        assert_eq!(resolve_hash_seed(&store, None, &mut draw, 8), first);
+        assert_eq!(resolve_hash_seed(&store, None, &mut draw, 8), first);
         assert_eq!(draws.get(), 1);
         // A configured seed wins, and does not replace the kept one.
-        assert_eq!(resolve_hash_seed(&store, Some(7), &mut draw), (7, true));
-        assert_eq!(resolve_hash_seed(&store, None, &mut draw), first);
+        assert_eq!(resolve_hash_seed(&store, Some(7), &mut draw, 8), (7, true));
+        assert_eq!(resolve_hash_seed(&store, None, &mut draw, 8), first);
         assert_eq!(
-            resolve_hash_seed(&store, Some(PUBLISHED_HASH_SEED), &mut draw),
+            resolve_hash_seed(&store, Some(PUBLISHED_HASH_SEED), &mut draw, 8),
             (PUBLISHED_HASH_SEED, false)
         );
         // An unreadable record is replaced by a new draw.
         store.poke(SEED_KEY, b"short");
         assert_eq!(
-            resolve_hash_seed(&store, None, &mut draw),
+            resolve_hash_seed(&store, None, &mut draw, 8),
             (0x1234_5678_9abc_def0_u64.wrapping_mul(2), true)
         );
     }
@@ -292,12 +374,12 @@ mod tests {
         let store = MemStore::default();
         store.fault.set(Fault::Error);
         assert_eq!(
-            resolve_hash_seed(&store, None, &mut || Some(42)),
+            resolve_hash_seed(&store, None, &mut || Some(42), 8),
             (PUBLISHED_HASH_SEED, false)
         );
         let store = MemStore::default();
         assert_eq!(
-            resolve_hash_seed(&store, None, &mut || None),
+            resolve_hash_seed(&store, None, &mut || None, 8),
             (PUBLISHED_HASH_SEED, false)
         );
         assert_eq!(store.get(SEED_KEY), Ok(None));
