@@ -22,6 +22,23 @@ use serde::{Deserialize, Serialize};
 /// The path of the sync endpoint.
 pub const PATH: &str = "/v1/fleet/sync";
 
+/// The fleet's bound on a bucket's time to full and on an emission interval, ns (about 104
+/// days, below 2^53): the sidecar's script does its arithmetic on Lua's doubles, exact below
+/// it. A fleet-mode limit must refill within it (the filter refuses one that does not).
+pub const MAX_AHEAD_NS: u64 = 9_000_000_000_000_000;
+
+/// The GCRA emission interval of a rate, ns: `round(1e9 / rate_per_s)`, at least 1; a rate
+/// that is not finite and positive, or one slower than a token per `u64::MAX` ns, gives
+/// `u64::MAX`. Both ends of the fleet contract must round alike: the filter's buckets
+/// (`crawlguard_core::limits::bucket::Rate`) and the sidecar's Redis buckets.
+pub fn emission_ns(rate_per_s: f64) -> u64 {
+    if !(rate_per_s.is_finite() && rate_per_s > 0.0) {
+        return u64::MAX;
+    }
+    // `as` saturates for floats out of range (an infinite quotient is u64::MAX).
+    ((1e9 / rate_per_s).round() as u64).max(1)
+}
+
 /// Most keys in one batch (the filter's `fleet.max_keys_per_sync` is bounded by it).
 pub const MAX_KEYS: usize = 10_000;
 
@@ -164,6 +181,18 @@ pub fn validate(req: &SyncRequest) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_emission_interval_is_rounded_at_least_1_ns_and_saturates() {
+        assert_eq!(emission_ns(1.0), 1_000_000_000);
+        assert_eq!(emission_ns(3.0), 333_333_333);
+        assert_eq!(emission_ns(1.5), 666_666_667);
+        assert_eq!(emission_ns(4e9), 1);
+        assert_eq!(emission_ns(1e-300), u64::MAX);
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(emission_ns(bad), u64::MAX, "{bad}");
+        }
+    }
+
     use super::*;
 
     fn req() -> SyncRequest {

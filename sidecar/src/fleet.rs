@@ -35,19 +35,14 @@ pub const SYNC_SCRIPT: &str = include_str!("fleet_sync.lua");
 /// Largest accepted request body: 10,000 keys of about 100 bytes of JSON each, with room.
 pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
-/// Cap on a bucket's time to full (and on an emission interval), ns: about 104 days. Below it
-/// the script's arithmetic on Lua's doubles is exact.
-pub const MAX_AHEAD_NS: u64 = 9_000_000_000_000_000;
+pub use crawlguard_contract::fleet::MAX_AHEAD_NS;
 
-/// The GCRA emission interval of a rate: `round(1e9 / rate_per_s)` ns, at least 1 ns and at
-/// most [`MAX_AHEAD_NS`] (rates outside about 1.1e-7 ..= 1e9 per second are clamped).
+/// The GCRA emission interval of a rate as the script takes it: the contract's
+/// ([`crawlguard_contract::fleet::emission_ns`], which the filter's buckets use too), at
+/// most [`MAX_AHEAD_NS`] (the filter refuses a fleet-mode limit slower than that; a posted
+/// key may still be).
 pub fn emission_ns(rate_per_s: f64) -> u64 {
-    let e = (1e9 / rate_per_s).round();
-    if e.is_nan() {
-        return MAX_AHEAD_NS;
-    }
-    // `as` saturates; the clamp keeps the script's arithmetic exact.
-    e.clamp(1.0, MAX_AHEAD_NS as f64) as u64
+    crawlguard_contract::fleet::emission_ns(rate_per_s).min(MAX_AHEAD_NS)
 }
 
 /// The Redis key of a bucket: `<prefix>bucket:<key as 16 lowercase hex digits>`, so `"ff"`,

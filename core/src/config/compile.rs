@@ -45,6 +45,9 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     found.extend(warnings::published_hash_seed(&raw.store));
     compile_verifier(&raw.verifier)?;
     compile_fleet(&raw.fleet)?;
+    if raw.fleet.enabled {
+        fleet_refills(&limits)?;
+    }
     if raw.fleet.enabled && raw.store.hash_seed.is_none() {
         return Err(err(
             "store.hash_seed",
@@ -151,6 +154,27 @@ fn compile_store(st: &StoreConfig) -> Result<(), ConfigError> {
 /// 1..=128 printable ASCII chars (a cluster name or an `:authority`).
 fn printable(s: &str) -> bool {
     !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// In fleet mode every limit refills within the fleet contract's bound
+/// ([`crawlguard_contract::fleet::MAX_AHEAD_NS`], about 104 days): the sidecar could not
+/// keep a slower bucket exactly.
+fn fleet_refills(limits: &[crate::config::Limit]) -> Result<(), ConfigError> {
+    let max_s = crawlguard_contract::fleet::MAX_AHEAD_NS / 1_000_000_000;
+    for (i, l) in limits.iter().enumerate() {
+        let refill_ns = u128::from(l.rate.emission_ns) * u128::from(l.rate.burst);
+        if refill_ns > u128::from(crawlguard_contract::fleet::MAX_AHEAD_NS) {
+            return Err(err(
+                format!("limits[{i}].rate_per_s"),
+                format!(
+                    "in fleet mode burst / rate_per_s must be <= {max_s} s (the fleet \
+                     contract's bound, about 104 days), is {} s",
+                    refill_ns / 1_000_000_000
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `fleet`: printable cluster and authority; interval, timeout and batch size in range.

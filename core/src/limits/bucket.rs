@@ -22,15 +22,9 @@ impl Rate {
     /// Builds a rate from `rate_per_s` (> 0, finite) and `burst` (>= 1). Out-of-range inputs
     /// are clamped (config validation rejects them before they get here).
     pub fn new(rate_per_s: f64, burst: u32) -> Rate {
-        let emission = if rate_per_s.is_finite() && rate_per_s > 0.0 {
-            (NS_PER_S as f64 / rate_per_s).round()
-        } else {
-            u64::MAX as f64
-        };
-        // `as` saturates for floats out of range, so this cannot panic.
-        let emission_ns = (emission as u64).max(1);
         Rate {
-            emission_ns,
+            // The fleet contract's rounding: the sidecar's buckets must agree with ours.
+            emission_ns: crawlguard_contract::fleet::emission_ns(rate_per_s),
             burst: burst.max(1),
         }
     }
