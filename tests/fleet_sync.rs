@@ -5,7 +5,7 @@
 //! Redis) is tested against real Envoys in `integration/tests/fleet.rs`.
 
 use crawlguard_contract::fleet::{
-    overshoot_bound, validate, KeyState, SyncRequest, SyncResponse, PATH,
+    overshoot_bound, validate, FleetKeyState, SyncRequest, SyncResponse, PATH,
 };
 use crawlguard_core::request::Step;
 use crawlguard_testkit::FakeProxy;
@@ -58,7 +58,7 @@ impl ModelFleet {
                 let tat = self.tat.entry(k.key.clone()).or_insert(0);
                 *tat = (*tat).max(now) + e * u128::from(k.used);
                 let used = *tat - now;
-                KeyState {
+                FleetKeyState {
                     available: (cap.saturating_sub(used) / e) as u32,
                     full_in_ns: used as u64,
                 }

@@ -10,7 +10,7 @@ use crawlguard_core::config::{ClientIpConfig, IpSource, RetryAfter};
 use crawlguard_core::identity::class::Class;
 use crawlguard_core::identity::client_ip::{client_ip, from_xff, masked, parse_addr};
 use crawlguard_core::identity::verdict_cache::{ClaimEntry, PrefixEntry};
-use crawlguard_core::identity::verifier_answer::{parse_response, Answer, Verdict, VerifyError};
+use crawlguard_core::identity::verifier_answer::{parse_response, CheckedAnswer, Verdict, VerifyError};
 use crawlguard_core::limits::bucket::BucketState;
 use crawlguard_core::limits::cost::CostState;
 use crawlguard_core::limits::limiter::KeyState;
@@ -351,7 +351,7 @@ proptest! {
         let ip = ip.to_canonical();
         // Extra fields (method, host) may be absent or anywhere.
         let order: Vec<usize> = perm.into_iter().filter(|i| !(drop_extra && (*i == 3 || *i == 4))).collect();
-        let want = Ok(Answer { verdict: v, ttl_s: ttl });
+        let want = Ok(CheckedAnswer { verdict: v, ttl_s: ttl });
         for text in ip_texts(ip) {
             let body = answer_json(&text, &bot, v, ttl, &host, &order, ws);
             prop_assert_eq!(parse_response(Some(b"200"), body.as_bytes(), ip, &bot), want.clone(), "{}", body);

@@ -99,7 +99,7 @@ pub struct SyncRequest {
 /// One bucket's fleet-wide state after the batch was applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct KeyState {
+pub struct FleetKeyState {
     /// Whole tokens available now, fleet-wide (0 when empty or in debt).
     pub available: u32,
     /// Nanoseconds until the bucket is full again (0: full).
@@ -111,7 +111,7 @@ pub struct KeyState {
 #[serde(deny_unknown_fields)]
 pub struct SyncResponse {
     /// One state per key of the request, in the same order.
-    pub keys: Vec<KeyState>,
+    pub keys: Vec<FleetKeyState>,
     /// Replicas alive now (at least 1: the one asking).
     pub replicas: u32,
 }
@@ -218,7 +218,7 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<SyncRequest>(&json).ok(), Some(r));
         let a = SyncResponse {
-            keys: vec![KeyState {
+            keys: vec![FleetKeyState {
                 available: 7,
                 full_in_ns: 6_000_000_000,
             }],

@@ -17,7 +17,7 @@
 use crate::config::{Config, KeyKind};
 use crate::host::{ContextId, Host, LocalReply};
 use crate::identity::class::Class;
-use crate::identity::verification::{Verifier, VerifyParts};
+use crate::identity::verification::{VerificationState, VerifyParts};
 use crate::identity::verifier_flights::Waiter;
 use crate::limits::limiter::{Decision, Limiter, RequestKeys, Reservation};
 use crate::log_limit::WarnEvery10s;
@@ -50,7 +50,7 @@ pub struct RequestParts<'a> {
     /// The buckets.
     pub limiter: &'a RefCell<Limiter>,
     /// Verdicts, flights, published ranges.
-    pub verifier: &'a Verifier<Handle>,
+    pub verifier: &'a VerificationState<Handle>,
     /// The shed levels in force, and origin health counts.
     pub shedder: &'a Shedder,
     /// Retry-After jitter.

@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::fleet::sync::{self, SyncParts, SyncState};
 use crate::host::{Host, TICK_MS};
 use crate::identity::published_ranges::{self, RangesParts};
-use crate::identity::verification::{self, Resolution, Verifier, VerifyParts};
+use crate::identity::verification::{self, Resolution, VerificationState, VerifyParts};
 use crate::limits::limiter::Limiter;
 use crate::log_limit::WarnEvery10s;
 use crate::metrics::{MetricKind, Metrics};
@@ -28,7 +28,7 @@ pub struct Worker {
     pub limiter: RefCell<Limiter>,
     /// Verdicts, verifier callouts in flight and the requests paused on them, published
     /// ranges.
-    pub verifier: Verifier<Handle>,
+    pub verifier: VerificationState<Handle>,
     /// Origin health counts and the shed level per route.
     pub shedder: Shedder,
     /// Fleet mode: the sync in flight, degraded time, warnings.
@@ -89,7 +89,7 @@ impl Worker {
     pub fn new(cfg: Config, metrics: Metrics, seed: u64) -> Worker {
         Worker {
             limiter: RefCell::new(Limiter::new(&cfg)),
-            verifier: Verifier::new(&cfg),
+            verifier: VerificationState::new(&cfg),
             shedder: Shedder::new(cfg.routes.len() + 1),
             fleet_sync: RefCell::new(SyncState::default()),
             metrics,

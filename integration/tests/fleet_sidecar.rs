@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crawlguard_contract::fleet::{KeyState, KeyUse, SyncRequest, SyncResponse};
+use crawlguard_contract::fleet::{FleetKeyState, KeyUse, SyncRequest, SyncResponse};
 use crawlguard_integration::process::{poll_until, temp_dir};
 use crawlguard_integration::{
     Blackhole, Dnsmasq, Record, Redis, RedisOpts, RedisReply, RedisTls, Sidecar, SidecarOpts,
@@ -48,8 +48,8 @@ async fn sync_ok(sc: &Sidecar, req: &SyncRequest) -> SyncResponse {
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }
 
-fn state(available: u32, full_in_ns: u64) -> KeyState {
-    KeyState {
+fn state(available: u32, full_in_ns: u64) -> FleetKeyState {
+    FleetKeyState {
         available,
         full_in_ns,
     }

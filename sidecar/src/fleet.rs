@@ -27,7 +27,9 @@ use axum::{Json, Router};
 
 use crate::metrics::Metrics;
 use crate::redis_store::RedisStore;
-use crawlguard_contract::fleet::{validate, KeyState, KeyUse, SyncRequest, SyncResponse, PATH};
+use crawlguard_contract::fleet::{
+    validate, FleetKeyState, KeyUse, SyncRequest, SyncResponse, PATH,
+};
 
 /// The Lua script that applies one batch (see the file for its keys, arguments and reply).
 pub const SYNC_SCRIPT: &str = include_str!("fleet_sync.lua");
@@ -80,7 +82,7 @@ pub fn decode_reply(reply: &[i64], keys: &[KeyUse]) -> Result<(SyncResponse, i64
     let keys = keys
         .iter()
         .zip(reply[2..].chunks_exact(2))
-        .map(|(k, pair)| KeyState {
+        .map(|(k, pair)| FleetKeyState {
             available: u32::try_from(pair[0].clamp(0, i64::from(k.burst))).unwrap_or(0),
             full_in_ns: u64::try_from(pair[1]).unwrap_or(0),
         })
@@ -218,11 +220,11 @@ mod tests {
             Ok((
                 SyncResponse {
                     keys: vec![
-                        KeyState {
+                        FleetKeyState {
                             available: 7,
                             full_in_ns: 3_000_000_000
                         },
-                        KeyState {
+                        FleetKeyState {
                             available: 0,
                             full_in_ns: 9_000
                         },
@@ -238,11 +240,11 @@ mod tests {
             Ok((
                 SyncResponse {
                     keys: vec![
-                        KeyState {
+                        FleetKeyState {
                             available: 10,
                             full_in_ns: 0
                         },
-                        KeyState {
+                        FleetKeyState {
                             available: 0,
                             full_in_ns: 0
                         },

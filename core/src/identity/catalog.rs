@@ -27,15 +27,15 @@ pub struct BotEntry {
 /// documents it), as static token lists.
 ///
 /// A User-Agent no catalog entry matches is `human` only when it is browser-shaped: it
-/// contains one of [`HumanRule::browser_forms`]; or its platform section (the first
+/// contains one of [`BuiltinHumanRule::browser_forms`]; or its platform section (the first
 /// parenthesised comment, or the first one after the first of
-/// [`HumanRule::platform_section_after`]) contains one of [`HumanRule::device_platforms`]; or
-/// its platform section contains one of [`HumanRule::desktop_platforms`] and the User-Agent one
-/// of [`HumanRule::browser_tokens`]. Otherwise it is [`HumanRule::non_browser_class`] with the
-/// bot id [`HumanRule::non_browser_id`]. Tokens are lowercase, matched ASCII
+/// [`BuiltinHumanRule::platform_section_after`]) contains one of [`BuiltinHumanRule::device_platforms`]; or
+/// its platform section contains one of [`BuiltinHumanRule::desktop_platforms`] and the User-Agent one
+/// of [`BuiltinHumanRule::browser_tokens`]. Otherwise it is [`BuiltinHumanRule::non_browser_class`] with the
+/// bot id [`BuiltinHumanRule::non_browser_id`]. Tokens are lowercase, matched ASCII
 /// case-insensitively.
 #[derive(Debug)]
-pub struct HumanRule {
+pub struct BuiltinHumanRule {
     /// Bot id of a User-Agent that is neither a catalog bot nor browser-shaped.
     pub non_browser_id: &'static str,
     /// Its class by default (`other_bot`); configurable (`non_browser_class`).
@@ -56,7 +56,7 @@ pub struct HumanRule {
 include!(concat!(env!("OUT_DIR"), "/builtin_catalog.rs"));
 
 /// The built-in human rule (validated with the data file when the filter is built).
-pub fn builtin_human_rule() -> &'static HumanRule {
+pub fn builtin_human_rule() -> &'static BuiltinHumanRule {
     &HUMAN
 }
 

@@ -9,7 +9,7 @@
 //! matches at the very end.
 //!
 //! A UA that matches no entry is `human` only when it is *browser-shaped* by the catalog's
-//! human rule ([`HumanRule`]); otherwise it is a bot of unknown purpose: the rule's
+//! human rule ([`BuiltinHumanRule`]); otherwise it is a bot of unknown purpose: the rule's
 //! non-browser bot id (`non-browser`) with its class (`other_bot`, configurable). An empty,
 //! missing or whitespace-only UA is `script`.
 //!
@@ -20,7 +20,7 @@
 //! whatever the catalog's size; the platform sections (a few dozen bytes) go through a second,
 //! small automaton of the platform tokens.
 
-use crate::identity::catalog::{builtin_human_rule, BotEntry, HumanRule};
+use crate::identity::catalog::{builtin_human_rule, BotEntry, BuiltinHumanRule};
 
 /// The class a classification gives (defined in [`crate::identity::class`]).
 pub use crate::identity::class::Class;
@@ -305,7 +305,7 @@ impl Classifier {
     /// Tokens are lowercased (ASCII only; other bytes must match exactly). A token that is
     /// empty or only whitespace is dropped: it would match every User-Agent.
     pub fn new(entries: Vec<BotEntry>) -> Classifier {
-        let human: &HumanRule = builtin_human_rule();
+        let human: &BuiltinHumanRule = builtin_human_rule();
         let entry_tokens = entries.iter().enumerate().flat_map(|(i, e)| {
             let out = Out::Entry(u32::try_from(i).unwrap_or(NO_ENTRY - 1));
             e.ua_contains.iter().map(move |t| (out, t.as_str()))
@@ -368,7 +368,7 @@ impl Classifier {
     /// Missing, empty or whitespace-only: `script` with no bot. Otherwise the first catalog
     /// entry with a token occurring anywhere in the UA (ASCII case-insensitive; the end of the
     /// UA reads as a space) gives the bot and its class (`unverified_bot` if the entry needs
-    /// verification). No match: `human` if the UA is browser-shaped ([`HumanRule`]), else
+    /// verification). No match: `human` if the UA is browser-shaped ([`BuiltinHumanRule`]), else
     /// [`Classifier::non_browser`] and its class.
     pub fn classify(&self, ua: Option<&[u8]>) -> Classification<'_> {
         let ua = ua.unwrap_or_default();
@@ -416,7 +416,7 @@ impl Classifier {
         }
     }
 
-    /// The human rule for a UA no entry matched ([`HumanRule`]), given the main scan's flags
+    /// The human rule for a UA no entry matched ([`BuiltinHumanRule`]), given the main scan's flags
     /// and the start of the first anchor.
     fn browser_shaped(&self, ua: &[u8], flags: u8, anchor: Option<usize>) -> bool {
         if flags & FORM != 0 {

@@ -35,7 +35,7 @@ const NS_PER_MS: u64 = 1_000_000;
 /// One worker's verification state; `W` is how the root refers to a paused request
 /// (`request::Handle`).
 #[derive(Debug)]
-pub struct Verifier<W> {
+pub struct VerificationState<W> {
     /// Crawler verdicts and per-prefix spoofed counts (shared data).
     pub verdicts: VerdictCache,
     /// Verifier callouts in flight on this worker and the requests paused on them.
@@ -49,10 +49,10 @@ pub struct Verifier<W> {
     wake_pending: Cell<bool>,
 }
 
-impl<W> Verifier<W> {
+impl<W> VerificationState<W> {
     /// An empty verifier for `cfg` (`verifier.cache_slots`, `store.cas_retries`).
-    pub fn new(cfg: &Config) -> Verifier<W> {
-        Verifier {
+    pub fn new(cfg: &Config) -> VerificationState<W> {
+        VerificationState {
             verdicts: VerdictCache::new(cfg.verifier.cache_slots, cfg.store.cas_retries),
             flights: RefCell::new(Flights::default()),
             ranges: RefCell::new(RangesState::default()),
@@ -84,7 +84,7 @@ pub struct VerifyParts<'a, W> {
     /// The verification counters.
     pub metrics: &'a Metrics,
     /// The worker's verification state.
-    pub verifier: &'a Verifier<W>,
+    pub verifier: &'a VerificationState<W>,
 }
 
 impl<W> Clone for VerifyParts<'_, W> {
@@ -227,7 +227,7 @@ fn record_answer<W: Clone>(
     w: VerifyParts<'_, W>,
     host: &mut dyn Host,
     claim: &Claim,
-    answer: verifier_answer::Answer,
+    answer: verifier_answer::CheckedAnswer,
     now_ns: u64,
 ) -> Class {
     let cfg = &w.cfg.verifier;

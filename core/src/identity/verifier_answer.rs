@@ -50,7 +50,7 @@ impl VerifyError {
 
 /// What the filter keeps of a well-formed verifier answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Answer {
+pub struct CheckedAnswer {
     /// The verdict.
     pub verdict: Verdict,
     /// How long it may be cached, seconds (as sent; the caller clamps it).
@@ -65,7 +65,7 @@ pub fn parse_response(
     body: &[u8],
     ip: IpAddr,
     bot: &str,
-) -> Result<Answer, VerifyError> {
+) -> Result<CheckedAnswer, VerifyError> {
     let status = status.ok_or(VerifyError::NoResponse)?;
     if status != b"200" {
         return Err(VerifyError::Status(
@@ -80,7 +80,7 @@ pub fn parse_response(
             w.ip, w.bot
         )));
     }
-    Ok(Answer {
+    Ok(CheckedAnswer {
         verdict: w.verdict,
         ttl_s: w.ttl_s,
     })
@@ -112,7 +112,7 @@ mod tests {
         let body = br#"{"ip":"66.249.66.1","bot":"googlebot","verdict":"verified","method":"fcrdns","host":"crawl-66-249-66-1.googlebot.com","ttl_s":86400}"#;
         assert_eq!(
             parse_response(Some(b"200"), body, ip("66.249.66.1"), "googlebot"),
-            Ok(Answer {
+            Ok(CheckedAnswer {
                 verdict: Verdict::Verified,
                 ttl_s: 86400
             })
@@ -120,7 +120,7 @@ mod tests {
         let body = br#"{"ip":"2001:db8::1","bot":"gptbot","verdict":"spoofed","method":"none","host":"","ttl_s":3600}"#;
         assert_eq!(
             parse_response(Some(b"200"), body, ip("2001:db8:0::1"), "gptbot"),
-            Ok(Answer {
+            Ok(CheckedAnswer {
                 verdict: Verdict::Spoofed,
                 ttl_s: 3600
             })

@@ -37,7 +37,7 @@ impl Limiter {
         cfg: &Config,
         store: &dyn SharedData,
         batch: &[fleet::Use],
-        states: &[crawlguard_contract::fleet::KeyState],
+        states: &[crawlguard_contract::fleet::FleetKeyState],
         replicas: u32,
         now_ns: u64,
     ) {

@@ -12,7 +12,7 @@ use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
 use crate::body::{plain, Source, TestBody};
-use crate::request_log::{Log, Record, LOG_CAP, LOG_PATH};
+use crate::request_log::{Log, LoggedRequest, LOG_CAP, LOG_PATH};
 use crate::spec::{parse_query, Spec};
 
 /// Path of the defaults control.
@@ -54,7 +54,7 @@ pub(crate) async fn handle(
     }
     if req.uri().path() == LOG_PATH {
         let entries: Vec<serde_json::Value> =
-            log.lock().unwrap().iter().map(Record::to_json).collect();
+            log.lock().unwrap().iter().map(LoggedRequest::to_json).collect();
         let mut r = plain(
             StatusCode::OK,
             serde_json::Value::Array(entries).to_string(),
@@ -79,7 +79,7 @@ pub(crate) async fn handle(
         if l.len() == LOG_CAP {
             l.pop_front();
         }
-        l.push_back(Record {
+        l.push_back(LoggedRequest {
             method: req.method().to_string(),
             path: req
                 .uri()

@@ -11,7 +11,7 @@ pub(crate) const LOG_PATH: &str = "/__upstream/requests";
 pub(crate) const LOG_CAP: usize = 10_000;
 
 /// One logged request.
-pub(crate) struct Record {
+pub(crate) struct LoggedRequest {
     pub(crate) method: String,
     pub(crate) path: String,
     pub(crate) version: String,
@@ -19,7 +19,7 @@ pub(crate) struct Record {
     pub(crate) body_bytes_sent: Arc<AtomicU64>,
 }
 
-impl Record {
+impl LoggedRequest {
     pub(crate) fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "method": self.method,
@@ -31,4 +31,4 @@ impl Record {
     }
 }
 
-pub(crate) type Log = Arc<Mutex<VecDeque<Record>>>;
+pub(crate) type Log = Arc<Mutex<VecDeque<LoggedRequest>>>;
