@@ -4,6 +4,9 @@
 //! debt, replicas alive for three intervals. The real store (the sidecar's Lua script in
 //! Redis) is tested against real Envoys in `integration/tests/fleet.rs`.
 
+mod common;
+
+use common::T0;
 use crawlguard_contract::fleet::{
     overshoot_bound, validate, FleetKeyState, SyncRequest, SyncResponse, PATH,
 };
@@ -13,7 +16,6 @@ use crawlguard_testkit::MemStore;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-const T0: u64 = 1_700_000_000_000_000_000;
 const MS: u64 = 1_000_000;
 const S: u64 = 1_000_000_000;
 

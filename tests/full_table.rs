@@ -8,11 +8,13 @@
 //! (`cargo test --test full_table -- --nocapture`). The real-Envoy version, scaled down, is
 //! `integration/tests/full_table.rs`.
 
+mod common;
+
+use common::T0;
 use crawlguard_core::request::Step;
 use crawlguard_testkit::FakeProxy;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-const T0: u64 = 1_700_000_000_000_000_000;
 const CHROME: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like \
                       Gecko) Chrome/124.0.0.0 Safari/537.36";
 /// New clients, each from its own /24 (`172.16.0.0/15`, host 1).

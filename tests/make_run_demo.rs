@@ -2,10 +2,12 @@
 //! Envoy) under the demo's own curl flood: escalation shows, and running the documented
 //! commands again after `decay_s` works again instead of getting an hour of 429s.
 
+mod common;
+
+use common::T0;
 use crawlguard_core::request::Step;
 use crawlguard_testkit::FakeProxy;
 
-const T0: u64 = 1_700_000_000_000_000_000;
 const MS: u64 = 1_000_000;
 const S: u64 = 1_000_000_000;
 const LOOPBACK: &str = "127.0.0.1:40000";

@@ -8,6 +8,9 @@
 //! (A real-Envoy version would need the wasm32 build of the key hash: ahash's arithmetic
 //! differs between 32- and 64-bit targets, so helpers computed here do not collide there.)
 
+mod common;
+
+use common::T0;
 use crawlguard_core::config;
 use crawlguard_core::limits::limiter::Limiter;
 use crawlguard_core::request::Step;
@@ -15,7 +18,6 @@ use crawlguard_core::store::PUBLISHED_HASH_SEED;
 use crawlguard_testkit::FakeProxy;
 use std::net::{IpAddr, Ipv4Addr};
 
-const T0: u64 = 1_700_000_000_000_000_000;
 const CHROME: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like \
                       Gecko) Chrome/124.0.0.0 Safari/537.36";
 const ATTACKER: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);

@@ -8,22 +8,14 @@
 //!
 //! Cases: 256 by default; `PROPTEST_CASES=N` raises (or lowers) every test's count.
 
+mod common;
+
+use common::pt_config;
 use crawlguard_core::identity::catalog::{builtin_catalog, builtin_human_rule, BotEntry};
 use crawlguard_core::identity::class::Class;
 use crawlguard_core::identity::classify::{Classification, Classifier};
 use proptest::prelude::*;
-use proptest::test_runner::Config as PtConfig;
 use std::sync::OnceLock;
-
-/// Default config (256 cases, or `PROPTEST_CASES`), without regression files in the tree.
-fn pt_config(divisor: u32) -> PtConfig {
-    let base = PtConfig::default();
-    PtConfig {
-        cases: (base.cases / divisor).max(1),
-        failure_persistence: None,
-        ..base
-    }
-}
 
 /// The built-in catalog (loaded once).
 fn catalog() -> &'static [BotEntry] {

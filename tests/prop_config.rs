@@ -7,22 +7,16 @@
 //!
 //! Cases: 256 by default; `PROPTEST_CASES=N` raises (or lowers) every test's count.
 
+mod common;
+
+use common::pt_config;
 use crawlguard_core::config::{
     parse, Config, ConfigError, KeyKind, DEFAULT_CONFIG_JSON, MAX_REFILL_S,
 };
 use crawlguard_core::identity::class::Class;
 use crawlguard_core::limits::bucket::Rate;
 use proptest::prelude::*;
-use proptest::test_runner::Config as PtConfig;
 use serde_json::{json, Value};
-
-/// Default config (256 cases, or `PROPTEST_CASES`), without regression files in the tree.
-fn pt_config() -> PtConfig {
-    PtConfig {
-        failure_persistence: None,
-        ..PtConfig::default()
-    }
-}
 
 /// Valid documents to mutate (each parses).
 const VALID_DOCS: &[&str] = &[
@@ -370,7 +364,7 @@ fn edit_tree(doc: &mut Value, e: &TreeEdit) {
 }
 
 proptest! {
-    #![proptest_config(pt_config())]
+    #![proptest_config(pt_config(1))]
 
     #[test]
     fn arbitrary_bytes_never_panic(raw in prop::collection::vec(any::<u8>(), 0..512)) {
@@ -504,7 +498,7 @@ fn doc_with(limits: &[String]) -> String {
 }
 
 proptest! {
-    #![proptest_config(pt_config())]
+    #![proptest_config(pt_config(1))]
 
     #[test]
     fn valid_limits_roundtrip_exactly(specs in prop::collection::vec(limit_spec(), 1..8)) {

@@ -9,6 +9,9 @@
 //!
 //! Cases: 256 by default; `PROPTEST_CASES=N` raises (or lowers) every test's count.
 
+mod common;
+
+use common::{pt_config, T0};
 use crawlguard_core::config::{self, Config};
 use crawlguard_core::identity::class::Class;
 use crawlguard_core::identity::client_ip;
@@ -18,19 +21,8 @@ use crawlguard_core::limits::limiter::{Decision, Limiter, RequestKeys};
 use crawlguard_core::request::path_only;
 use crawlguard_testkit::{Fault, MemStore};
 use proptest::prelude::*;
-use proptest::test_runner::Config as PtConfig;
 use std::collections::HashMap;
 use std::net::IpAddr;
-
-/// Default config (256 cases, or `PROPTEST_CASES`), without regression files in the tree.
-fn pt_config() -> PtConfig {
-    PtConfig {
-        failure_persistence: None,
-        ..PtConfig::default()
-    }
-}
-
-const T0: u64 = 1_700_000_000 * NS_PER_S;
 
 /// A rate in [0.001, 1e6] per second, log-uniform-ish, and a burst.
 fn rate_and_burst() -> impl Strategy<Value = (f64, u32)> {
@@ -102,7 +94,7 @@ fn drain(
 }
 
 proptest! {
-    #![proptest_config(pt_config())]
+    #![proptest_config(pt_config(1))]
 
     #[test]
     fn allowed_never_exceeds_burst_plus_refill(
@@ -244,7 +236,7 @@ fn start_time() -> impl Strategy<Value = u64> {
 }
 
 proptest! {
-    #![proptest_config(pt_config())]
+    #![proptest_config(pt_config(1))]
 
     /// Over any window of the clock `[t_i, t_j]` (a monotone clock), the bucket admits at most
     /// `burst + floor((t_j - t_i) / emission_ns)` of the requests made in it, where
@@ -432,7 +424,7 @@ fn fault() -> impl Strategy<Value = Fault> {
 }
 
 proptest! {
-    #![proptest_config(pt_config())]
+    #![proptest_config(pt_config(1))]
 
     #[test]
     fn decide_limits_every_client_under_every_store_fault(

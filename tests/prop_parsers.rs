@@ -6,11 +6,16 @@
 //!
 //! Cases: 256 by default; `PROPTEST_CASES=N` raises (or lowers) every test's count.
 
+mod common;
+
+use common::pt_config;
 use crawlguard_core::config::{ClientIpConfig, IpSource, RetryAfter};
 use crawlguard_core::identity::class::Class;
 use crawlguard_core::identity::client_ip::{client_ip, from_xff, masked, parse_addr};
 use crawlguard_core::identity::verdict_cache::{ClaimEntry, PrefixEntry};
-use crawlguard_core::identity::verifier_answer::{parse_response, CheckedAnswer, Verdict, VerifyError};
+use crawlguard_core::identity::verifier_answer::{
+    parse_response, CheckedAnswer, Verdict, VerifyError,
+};
 use crawlguard_core::limits::bucket::BucketState;
 use crawlguard_core::limits::cost::CostState;
 use crawlguard_core::limits::limiter::KeyState;
@@ -20,16 +25,7 @@ use crawlguard_core::store::slot_table::{SlotTable, SlotValue};
 use crawlguard_core::store::SharedData;
 use crawlguard_testkit::MemStore;
 use proptest::prelude::*;
-use proptest::test_runner::Config as PtConfig;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-
-/// Default config (256 cases, or `PROPTEST_CASES`), without regression files in the tree.
-fn pt_config() -> PtConfig {
-    PtConfig {
-        failure_persistence: None,
-        ..PtConfig::default()
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // client_ip
@@ -149,7 +145,7 @@ impl XffEntry {
 }
 
 proptest! {
-    #![proptest_config(pt_config())]
+    #![proptest_config(pt_config(1))]
 
     #[test]
     fn parse_addr_roundtrips_every_form(
@@ -306,7 +302,7 @@ fn answer_json(
 }
 
 proptest! {
-    #![proptest_config(pt_config())]
+    #![proptest_config(pt_config(1))]
 
     #[test]
     fn parse_response_never_panics(
@@ -466,7 +462,7 @@ fn date_formatter_matches_the_rfc_example() {
 }
 
 proptest! {
-    #![proptest_config(pt_config())]
+    #![proptest_config(pt_config(1))]
 
     #[test]
     fn imf_fixdate_roundtrips_for_every_second_1970_to_9999(t in 0..=MAX_T, now in any::<u64>()) {
@@ -560,7 +556,7 @@ proptest! {
 // Shared-data slot encodings
 
 proptest! {
-    #![proptest_config(pt_config())]
+    #![proptest_config(pt_config(1))]
 
     #[test]
     fn bucket_slot_roundtrips(owner in 2u64.., tat_ns in any::<u64>(), last_ns in any::<u64>(), class in 0usize..=Class::ALL.len(), in_flight in any::<u8>(), in_flight_prev in any::<u8>(), epoch_s in any::<u32>(), last_cost in any::<u32>()) {

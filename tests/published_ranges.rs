@@ -2,11 +2,13 @@
 //! then range-verifiable claims are decided without a callout, also after the sidecar died;
 //! a bad answer keeps the ranges in use. Whole requests on the host (`fake_host`).
 
+mod common;
+
+use common::T0;
 use crawlguard_contract::ranges::{render, OutOfRange};
 use crawlguard_core::request::Step;
 use crawlguard_testkit::FakeProxy;
 
-const T0: u64 = 1_700_000_000_000_000_000;
 const S: u64 = 1_000_000_000;
 const GOOGLEBOT: &str = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
 const GPTBOT: &str = "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; GPTBot/1.2; \

@@ -2,10 +2,12 @@
 //! (`crawlguard_core::fake_host`) plays Envoy's callbacks, the verifier's answers and the clock.
 //! One test per promise, exact values.
 
+mod common;
+
+use common::T0;
 use crawlguard_core::request::Step;
 use crawlguard_testkit::FakeProxy;
 
-const T0: u64 = 1_700_000_000_000_000_000;
 const MS: u64 = 1_000_000;
 const S: u64 = 1_000_000_000;
 

@@ -88,8 +88,8 @@ impl Record {
     }
 }
 
-/// The dnsmasq binary (Debian `dnsmasq-base`); installed with apt-get when missing and
-/// running as root. Panics with a hint when it cannot be found.
+/// The dnsmasq binary (Debian `dnsmasq-base`, installed by `scripts/setup.sh`). Panics with
+/// the fix when it cannot be found.
 pub fn dnsmasq_bin() -> PathBuf {
     static BIN: OnceLock<Option<PathBuf>> = OnceLock::new();
     let find = || {
@@ -102,21 +102,9 @@ pub fn dnsmasq_bin() -> PathBuf {
         .map(PathBuf::from)
         .find(|p| p.exists())
     };
-    BIN.get_or_init(|| {
-        find().or_else(|| {
-            eprintln!("dnsmasq not found; trying `apt-get install -y dnsmasq-base`");
-            let _ = Command::new("sh")
-                .arg("-c")
-                .arg(
-                    "(apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-                     apt-get install -y -qq dnsmasq-base) >/dev/null 2>&1",
-                )
-                .status();
-            find()
-        })
-    })
-    .clone()
-    .expect("dnsmasq is required for the verification tests: apt-get install dnsmasq-base")
+    BIN.get_or_init(find).clone().expect(
+        "dnsmasq is required for the verification tests: run scripts/setup.sh (make test does)",
+    )
 }
 
 /// A DNS query (type A) for `name`; true if a reply with our id came back within 200 ms.

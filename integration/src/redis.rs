@@ -32,9 +32,8 @@ pub use tls::RedisTls;
 /// How long redis-server may take to answer PING.
 const READY_DEADLINE: Duration = Duration::from_secs(30);
 
-/// The redis-server binary (Debian `redis-server`); installed with apt-get when missing and
-/// running as root (`scripts/setup.sh` installs it too). Panics with a hint when it cannot
-/// be found.
+/// The redis-server binary (Debian `redis-server`, installed by `scripts/setup.sh`). Panics
+/// with the fix when it cannot be found.
 pub fn redis_server_bin() -> PathBuf {
     static BIN: OnceLock<Option<PathBuf>> = OnceLock::new();
     let find = || {
@@ -43,22 +42,9 @@ pub fn redis_server_bin() -> PathBuf {
             .map(PathBuf::from)
             .find(|p| p.exists())
     };
-    BIN.get_or_init(|| {
-        find().or_else(|| {
-            eprintln!("redis-server not found; trying `apt-get install -y redis-server`");
-            let _ = Command::new("sh")
-                .arg("-c")
-                .arg(
-                    "(apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-                     apt-get install -y -qq --no-install-recommends redis-server) \
-                     >/dev/null 2>&1",
-                )
-                .status();
-            find()
-        })
-    })
-    .clone()
-    .expect("redis-server is required for the fleet tests: apt-get install redis-server")
+    BIN.get_or_init(find).clone().expect(
+        "redis-server is required for the fleet tests: run scripts/setup.sh (make test does)",
+    )
 }
 
 /// How to start a [`Redis`].

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crawlguard_cli::logfmt::parse_combined;
 use crawlguard_integration::{client, repo_root, Envoy, EnvoyOpts};
 use tokio::sync::Semaphore;
 
@@ -24,31 +25,16 @@ struct Line {
     ua: String,
 }
 
-/// Parses `ip - user [time] "METHOD path PROTO" status size "referer" "ua"`.
+/// A combined-format line as the `crawlguard` command reads it
+/// (`crawlguard_cli::logfmt::parse_combined`, the one Apache log parser); `None` for a
+/// line it cannot parse. An absent User-Agent is sent as the `-` the log holds.
 fn parse(line: &str) -> Option<Line> {
-    let (ip, rest) = line.split_once(' ')?;
-    let (_, rest) = rest.split_once("] \"")?;
-    let (request, rest) = rest.split_once('"')?;
-    let mut parts = request.split(' ');
-    let _method = parts.next()?;
-    let path = parts.next()?;
-    // status and size, then "referer" "ua" as the last two quoted fields.
-    let rest = rest.trim();
-    if !rest.ends_with('"') {
-        return None;
-    }
-    let quoted: Vec<&str> = rest.split('"').collect();
-    // ["200 123 ", referer, " ", ua, ""]
-    if quoted.len() != 5 || !quoted[4].is_empty() {
-        return None;
-    }
-    if !path.starts_with('/') || ip.parse::<std::net::IpAddr>().is_err() {
-        return None;
-    }
+    let r = parse_combined(line.as_bytes())?;
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     Some(Line {
-        ip: ip.to_string(),
-        path: path.to_string(),
-        ua: quoted[3].to_string(),
+        ip: text(r.client?),
+        path: text(r.path),
+        ua: r.ua.map_or_else(|| "-".to_string(), text),
     })
 }
 

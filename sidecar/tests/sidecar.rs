@@ -8,9 +8,8 @@
 //! addresses cannot carry test PTR records (see `loopback_claims_are_spoofed`).
 //! Range-file tests use 127.x prefixes (no DNS involved).
 //!
-//! dnsmasq comes from Debian (`dnsmasq-base`); if it is missing the tests try to install it
-//! with apt-get (root only). If it still cannot run they are skipped with a loud message,
-//! except under CI (`CI` set), where that is a failure.
+//! dnsmasq comes from Debian (`dnsmasq-base`), installed by `scripts/setup.sh` (which
+//! `make test` runs); without it these tests fail, never skip.
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -67,32 +66,17 @@ fn dnsmasq_binary() -> Option<PathBuf> {
         .map(PathBuf::from)
         .find(|p| p.exists())
     };
-    if let Some(p) = find() {
-        return Some(p);
-    }
-    // Try to install it (works as root on Debian); ignore failures, checked below.
-    eprintln!("dnsmasq not found; trying `apt-get install -y dnsmasq-base`");
-    let _ = Command::new("sh")
-        .arg("-c")
-        .arg("(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dnsmasq-base) >/dev/null 2>&1")
-        .status();
     find()
 }
 
-/// `None` (after a loud message) when dnsmasq is unavailable outside CI.
+/// The dnsmasq binary; panics with the fix when it is missing.
 fn require_dnsmasq() -> Option<PathBuf> {
     match dnsmasq_binary() {
         Some(p) => Some(p),
-        None if std::env::var_os("CI").is_some() => {
-            panic!("dnsmasq is required for the real-process verifier tests (apt-get install dnsmasq-base)")
-        }
-        None => {
-            eprintln!(
-                "\n!!!!!!!! SKIPPING real-process verifier test: dnsmasq is not installed and \
-                 could not be installed (apt-get install dnsmasq-base) !!!!!!!!\n"
-            );
-            None
-        }
+        None => panic!(
+            "dnsmasq is required for the real-process verifier tests: run scripts/setup.sh \
+             (make test does), or apt-get install dnsmasq-base"
+        ),
     }
 }
 

@@ -17,24 +17,16 @@ pub struct RedisTls {
 
 impl RedisTls {
     /// Makes a CA and a server certificate in `dir` with the `openssl` command (Debian
-    /// `openssl`, installed with apt-get when missing and running as root).
+    /// `openssl`, installed by `scripts/setup.sh`).
     pub fn generate(dir: &Path) -> RedisTls {
-        if Command::new("openssl").arg("version").output().is_err() {
-            eprintln!("openssl not found; trying `apt-get install -y openssl`");
-            let _ = Command::new("sh")
-                .arg("-c")
-                .arg(
-                    "(apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-                     apt-get install -y -qq --no-install-recommends openssl) >/dev/null 2>&1",
-                )
-                .status();
-        }
         let run = |args: &[&str]| {
             let out = Command::new("openssl")
                 .args(args)
                 .current_dir(dir)
                 .output()
-                .unwrap_or_else(|e| panic!("openssl is required for the TLS tests: {e}"));
+                .unwrap_or_else(|e| {
+                    panic!("openssl is required for the TLS tests (run scripts/setup.sh): {e}")
+                });
             assert!(
                 out.status.success(),
                 "openssl {args:?}: {}",

@@ -53,8 +53,12 @@ pub(crate) async fn handle(
         return Ok(plain(StatusCode::OK, body.to_string()));
     }
     if req.uri().path() == LOG_PATH {
-        let entries: Vec<serde_json::Value> =
-            log.lock().unwrap().iter().map(LoggedRequest::to_json).collect();
+        let entries: Vec<serde_json::Value> = log
+            .lock()
+            .unwrap()
+            .iter()
+            .map(LoggedRequest::to_json)
+            .collect();
         let mut r = plain(
             StatusCode::OK,
             serde_json::Value::Array(entries).to_string(),
