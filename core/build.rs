@@ -7,15 +7,11 @@
 
 use std::fmt::Write as _;
 
-/// The filter's `Class` variant of a catalog class name.
-fn class_variant(name: &str) -> &'static str {
-    match name {
-        "search_crawler" => "SearchCrawler",
-        "ai_retriever" => "AiRetriever",
-        "ai_trainer" => "AiTrainer",
-        "other_bot" => "OtherBot",
-        _ => "Script",
-    }
+/// The filter's `Class` variant of a catalog class: the contract's `BotClass` variant has the
+/// same name (a class the filter lacked would fail to compile), so no class name is spelled
+/// here.
+fn class_variant(class: crawlguard_contract::catalog::BotClass) -> String {
+    format!("{class:?}")
 }
 
 fn main() {
@@ -38,7 +34,7 @@ fn main() {
             "    ({:?}, &{:?}, Class::{}, {}),",
             b.id,
             b.ua_contains,
-            class_variant(b.class.as_str()),
+            class_variant(b.class),
             b.verify
         );
     }
@@ -57,7 +53,7 @@ fn main() {
              browser_forms: &{:?},\n\
          }};\n",
         h.non_browser_id,
-        class_variant(h.non_browser_class.as_str()),
+        class_variant(h.non_browser_class),
         h.platform_section_after,
         h.device_platforms,
         h.desktop_platforms,

@@ -48,11 +48,12 @@ impl Class {
     /// The snake_case name, as used in config, stats and the class header.
     pub fn as_str(self) -> &'static str {
         match self {
-            Class::SearchCrawler => "search_crawler",
-            Class::AiRetriever => "ai_retriever",
-            Class::AiTrainer => "ai_trainer",
-            Class::OtherBot => "other_bot",
-            Class::Script => "script",
+            // The catalog's classes are spelled once, in the contract.
+            Class::SearchCrawler => BotClass::SearchCrawler.as_str(),
+            Class::AiRetriever => BotClass::AiRetriever.as_str(),
+            Class::AiTrainer => BotClass::AiTrainer.as_str(),
+            Class::OtherBot => BotClass::OtherBot.as_str(),
+            Class::Script => BotClass::Script.as_str(),
             Class::Human => "human",
             Class::UnverifiedBot => "unverified_bot",
             Class::Spoofed => "spoofed",
@@ -110,6 +111,15 @@ mod tests {
             assert_eq!(Class::parse(c.as_str()), Some(c));
         }
         assert_eq!(Class::parse("suspicious"), None);
+    }
+
+    #[test]
+    fn serde_spells_each_class_as_as_str_does() {
+        for c in Class::ALL {
+            let json = serde_json::to_string(&c).expect("serialises");
+            assert_eq!(json, format!("\"{}\"", c.as_str()));
+            assert_eq!(serde_json::from_str::<Class>(&json).ok(), Some(c));
+        }
     }
 
     #[test]
