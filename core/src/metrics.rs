@@ -29,7 +29,7 @@
 //! the host's `define_metric`, so the names and the ids cannot drift.
 
 use crate::config::Config;
-use crate::identity::class::Class;
+use crate::identity::class::{Class, PerClass};
 use crate::limits::escalation::Visit;
 use crate::limits::limiter::{Decision, LimitResult};
 
@@ -258,7 +258,7 @@ pub struct RouteGauges {
 /// Every counter's host id, by what it counts.
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
-    class: [ClassCounters; Class::ALL.len()],
+    class: PerClass<ClassCounters>,
     exempt: Id,
     /// `crawlguard.stats.flushes`: added to directly (not buffered) at each flush.
     pub flushes: Id,
@@ -323,7 +323,7 @@ impl Metrics {
 
     fn define_counters(cfg: &Config, define: &mut dyn FnMut(&str) -> Id) -> Metrics {
         let mut m = Metrics::default();
-        for (class, c) in Class::ALL.iter().zip(m.class.iter_mut()) {
+        for (class, c) in m.class.iter_mut() {
             let mut d =
                 |decision: &str| define(&format!("crawlguard.class.{}.{decision}", class.as_str()));
             *c = ClassCounters {
@@ -362,7 +362,7 @@ impl Metrics {
 
     /// Counts a shed request of class `class` (`shadow`: counted, not shed).
     pub fn record_shed(&self, class: Class, shadow: bool, inc: &mut dyn FnMut(u32)) {
-        let c = self.class.get(class.index()).copied().unwrap_or_default();
+        let c = self.class[class];
         bump(if shadow { c.shadow_shed } else { c.shed }, inc);
     }
 
@@ -374,7 +374,7 @@ impl Metrics {
     /// Counts the decision for a request of class `class`: its decision, `fail_open` when
     /// the per-worker fallback decided, the route's `limited`, and each kind of store trouble.
     pub fn record(&self, class: Class, outcome: &LimitResult, inc: &mut dyn FnMut(u32)) {
-        let c = self.class.get(class.index()).copied().unwrap_or_default();
+        let c = self.class[class];
         let (decision, limited) = match outcome.decision {
             Decision::Allowed => (c.allowed, false),
             Decision::Limited(_) => (c.limited, true),

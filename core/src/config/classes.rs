@@ -6,7 +6,7 @@ use super::defaults::default_policy;
 use super::raw::RawClassPolicy;
 use super::{err, BotsMode, ClassPolicy, ConfigError};
 use crate::identity::catalog::{builtin_catalog, BotEntry};
-use crate::identity::class::Class;
+use crate::identity::class::{Class, PerClass};
 use crate::identity::classify::Classifier;
 use crawlguard_contract::bot_id::is_valid_bot_id;
 use std::collections::{BTreeMap, HashSet};
@@ -90,16 +90,14 @@ pub(super) fn compile_non_browser_class(class: Option<Class>) -> Result<Class, C
 /// `classes`: per-class overrides merged onto the defaults, each value in range.
 pub(super) fn compile_classes(
     raw: &BTreeMap<String, RawClassPolicy>,
-) -> Result<[ClassPolicy; Class::ALL.len()], ConfigError> {
-    let mut classes = Class::ALL.map(default_policy);
+) -> Result<PerClass<ClassPolicy>, ConfigError> {
+    let mut classes = PerClass::from_fn(default_policy);
     for (name, rc) in raw {
         let p = format!("classes.{name}");
         let Some(class) = Class::parse(name) else {
             return Err(err(p, "unknown class"));
         };
-        let Some(pol) = classes.get_mut(class.index()) else {
-            return Err(err(p, "unknown class"));
-        };
+        let pol = &mut classes[class];
         if let Some(ra) = &rc.retry_after {
             pol.retry_after.min_s = ra.min_s.unwrap_or(pol.retry_after.min_s);
             pol.retry_after.max_s = ra.max_s.unwrap_or(pol.retry_after.max_s);

@@ -9,17 +9,6 @@ use super::{
 };
 use crate::identity::class::Class;
 
-/// Never used (see [`Config::policy`]); the human defaults.
-pub(super) const FALLBACK_POLICY: ClassPolicy = ClassPolicy {
-    retry_after: RetryAfter {
-        min_s: 1,
-        max_s: 60,
-        jitter_s: 2,
-    },
-    reject_status: 429,
-    escalation: escalation(false),
-};
-
 /// The escalation defaults: after 3 ignored Retry-Afters, double per step up to an hour;
 /// forgotten after 10 minutes of good behaviour.
 const fn escalation(enabled: bool) -> Escalation {

@@ -22,7 +22,7 @@ mod raw;
 mod sections;
 mod warnings;
 
-use crate::identity::class::Class;
+use crate::identity::class::{Class, PerClass};
 use crate::identity::classify::Classifier;
 use crate::limits::bucket::Rate;
 use serde::Deserialize;
@@ -240,7 +240,7 @@ pub struct Config {
     /// Compiled bot catalog.
     pub classifier: Classifier,
     /// Rejection policy per class, indexed like [`Class::ALL`].
-    pub classes: [ClassPolicy; Class::COUNT],
+    pub classes: PerClass<ClassPolicy>,
     /// Configured routes, in match order; route index `routes.len()` is [`DEFAULT_ROUTE`].
     pub routes: Vec<Route>,
     /// Limits; a request takes a token from every matching one.
@@ -275,10 +275,7 @@ pub struct Config {
 impl Config {
     /// Rejection policy of `class`.
     pub fn policy(&self, class: Class) -> &ClassPolicy {
-        // `classes` has one entry per class, so the fallback is never used; no indexing.
-        self.classes
-            .get(class.index())
-            .unwrap_or(&defaults::FALLBACK_POLICY)
+        &self.classes[class]
     }
 
     /// Name of route index `idx` (`default` past the configured routes).

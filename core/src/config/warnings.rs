@@ -6,7 +6,7 @@
 use super::defaults::default_limits;
 use super::StoreConfig;
 use super::{ClassPolicy, Limit, Mode, Route, DEFAULT_ROUTE};
-use crate::identity::class::Class;
+use crate::identity::class::{Class, PerClass};
 use crate::limits::bucket::NS_PER_S;
 use crate::store::PUBLISHED_HASH_SEED;
 
@@ -17,14 +17,11 @@ use crate::store::PUBLISHED_HASH_SEED;
 /// class. A cost-based limit is warned about, too, when refilling its whole burst takes
 /// longer than `max_s`: a key that a costly response put in debt is then told to come back
 /// before it can be admitted.
-pub(super) fn retry_after(
-    limits: &[Limit],
-    classes: &[ClassPolicy; Class::ALL.len()],
-) -> Vec<String> {
+pub(super) fn retry_after(limits: &[Limit], classes: &PerClass<ClassPolicy>) -> Vec<String> {
     let mut out = Vec::new();
     for (i, l) in limits.iter().enumerate() {
-        for (class, policy) in Class::ALL.iter().zip(classes) {
-            if l.class.is_some_and(|c| c != *class) {
+        for (class, policy) in classes.iter() {
+            if l.class.is_some_and(|c| c != class) {
                 continue;
             }
             let max_s = policy.retry_after.max_s;

@@ -94,9 +94,72 @@ impl From<BotClass> for Class {
     }
 }
 
+/// One `T` per class, indexed by [`Class`]: every class has its slot, so an index never
+/// fails and no fallback is needed (the per-class tables of the configuration, the counters
+/// and the command's reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PerClass<T>([T; Class::COUNT]);
+
+impl<T> PerClass<T> {
+    /// A table with `f(class)` for each class.
+    pub fn from_fn(f: impl FnMut(Class) -> T) -> PerClass<T> {
+        PerClass(Class::ALL.map(f))
+    }
+
+    /// Each class with its value, in [`Class::ALL`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (Class, &T)> {
+        Class::ALL.into_iter().zip(self.0.iter())
+    }
+
+    /// Each class with its value to change, in [`Class::ALL`] order.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (Class, &mut T)> {
+        Class::ALL.into_iter().zip(self.0.iter_mut())
+    }
+
+    /// The values, in [`Class::ALL`] order.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.0.iter()
+    }
+}
+
+impl<T: Default> Default for PerClass<T> {
+    fn default() -> PerClass<T> {
+        PerClass::from_fn(|_| T::default())
+    }
+}
+
+impl<T> std::ops::Index<Class> for PerClass<T> {
+    type Output = T;
+
+    fn index(&self, class: Class) -> &T {
+        // Self-produced: `class.index()` < Class::COUNT, the array's length.
+        #[allow(clippy::indexing_slicing)]
+        &self.0[class.index()]
+    }
+}
+
+impl<T> std::ops::IndexMut<Class> for PerClass<T> {
+    fn index_mut(&mut self, class: Class) -> &mut T {
+        // Self-produced: `class.index()` < Class::COUNT, the array's length.
+        #[allow(clippy::indexing_slicing)]
+        &mut self.0[class.index()]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_per_class_table_has_one_slot_per_class_in_order() {
+        let mut t = PerClass::from_fn(|c| c.index() * 10);
+        t[Class::Spoofed] += 1;
+        assert_eq!(t[Class::SearchCrawler], 0);
+        assert_eq!(t[Class::Spoofed], 71);
+        let order: Vec<Class> = t.iter().map(|(c, _)| c).collect();
+        assert_eq!(order, Class::ALL.to_vec());
+        assert_eq!(PerClass::<u8>::default().values().sum::<u8>(), 0);
+    }
 
     #[test]
     fn class_index_is_the_position_in_all() {
