@@ -1,15 +1,19 @@
 //! Offline verification for `replay --ranges`: answers the filter's verifier callouts the way
 //! the sidecar would, from the sidecar's own configuration and range files, without DNS.
 //!
-//! The sidecar decides a claim (ip, bot) by: the bot's published ranges contain the ip ->
-//! `verified`; else, if the bot has FCrDNS domains, forward-confirmed reverse DNS decides;
-//! else, if the bot has range files, `spoofed`; else `unknown`. Replay never does DNS, so a
-//! claim that only FCrDNS could decide is answered `unknown` (the filter classes it
-//! `unverified_bot`) and counted as such in the output.
+//! The sidecar decides a claim (ip, bot) in the order of
+//! `crawlguard_sidecar::verify::decision_order::first_step`, which this follows: the bot's
+//! published ranges contain the ip -> `verified`; else, if the bot has FCrDNS domains,
+//! forward-confirmed reverse DNS decides; else, if one of its range sets loaded, `spoofed`;
+//! else `unknown`. Replay never does DNS, so a claim that only FCrDNS could decide is
+//! answered `unknown` (the filter classes it `unverified_bot`) and counted as such in the
+//! output; nor does it fetch, so a bot whose ranges are only URLs is `unknown`, as from a
+//! sidecar that has not fetched them yet.
 
 use crawlguard_contract::verify::{self, Answer, Method, Verdict};
 use crawlguard_sidecar::config::{BotMethods, Config};
 use crawlguard_sidecar::ranges::{load_range_file, RangeSet, RangeSource};
+use crawlguard_sidecar::verify::decision_order::{first_step, FirstStep};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -150,14 +154,13 @@ impl Offline {
             .ranges
             .iter()
             .any(|p| self.sets.get(p).is_some_and(|s| s.contains(ip)));
-        if in_ranges {
-            OfflineVerdict::Verified
-        } else if !m.domains.is_empty() {
-            OfflineVerdict::UnknownNeedsDns
-        } else if !m.ranges.is_empty() {
-            OfflineVerdict::Spoofed
-        } else {
-            OfflineVerdict::Unknown
+        // The sidecar's own order; a set from a URL is never loaded offline.
+        let any_loaded = || m.ranges.iter().any(|p| self.sets.contains_key(p));
+        match first_step(m, in_ranges, any_loaded) {
+            FirstStep::Verified => OfflineVerdict::Verified,
+            FirstStep::Fcrdns => OfflineVerdict::UnknownNeedsDns,
+            FirstStep::Spoofed => OfflineVerdict::Spoofed,
+            FirstStep::Unknown => OfflineVerdict::Unknown,
         }
     }
 

@@ -6,6 +6,7 @@
 //! (the `GET /v1/ranges` document).
 
 mod cache;
+pub mod decision_order;
 mod fcrdns;
 mod lookup_slots;
 mod published;
@@ -28,6 +29,7 @@ use crate::redis_store::{RedisStore, SharedVerdict};
 use crate::resolver::{DnsFailure, Resolve};
 
 use cache::{Cached, InFlight, Key, PerEntryTtl};
+use decision_order::FirstStep;
 pub use fcrdns::fcrdns;
 pub use lookup_slots::{reserved_lookup_slots, VERIFIED_MEMORY};
 
@@ -271,10 +273,14 @@ impl<R: Resolve> Verifier<R> {
         methods: &BotMethods,
     ) -> Result<(Outcome, Option<Duration>), VerifyError> {
         let has_ranges = !methods.ranges.is_empty();
-        if has_ranges && self.ranges.contains_any(&methods.ranges, ip) {
+        let in_ranges = has_ranges && self.ranges.contains_any(&methods.ranges, ip);
+        let step = decision_order::first_step(methods, in_ranges, || {
+            self.ranges.any_loaded(&methods.ranges)
+        });
+        if step == FirstStep::Verified {
             return Ok((Outcome::new(Verdict::Verified, Method::IpRange), None));
         }
-        if !methods.domains.is_empty() {
+        if step == FirstStep::Fcrdns {
             let Some(shared) = &self.shared else {
                 return Ok((self.resolve(ip, bot, methods).await?, None));
             };
@@ -311,7 +317,7 @@ impl<R: Resolve> Verifier<R> {
             }
             return Ok((outcome, None));
         }
-        let outcome = if has_ranges && self.ranges.any_loaded(&methods.ranges) {
+        let outcome = if step == FirstStep::Spoofed {
             Outcome::new(Verdict::Spoofed, Method::IpRange)
         } else {
             // Range-only bot whose files never loaded, or a bot without any method.
