@@ -71,43 +71,16 @@ pub fn decide(
             // A shadow limit already rejected: enforcing it would have stopped here.
             continue;
         }
-        let header_keys: Vec<KeyPart<'_>>;
-        // One key for client_ip/global (no allocation); one per distinct header value.
-        let one_key;
-        let keys: &[KeyPart<'_>] = match &limit.key {
-            KeyKind::Global => {
-                one_key = KeyPart::Global;
-                std::slice::from_ref(&one_key)
+        let Some(keys) = LimitKeys::of(&limit.key, req) else {
+            if is_shadow {
+                // Counted, forwarded; the enforced limits still charge it.
+                shadow = Some(Decision::ShadowMalformed { limit: i });
+                continue 'limits;
             }
-            KeyKind::ClientIp => {
-                one_key = req.client.map_or(KeyPart::UnknownIp, KeyPart::Ip);
-                std::slice::from_ref(&one_key)
-            }
-            KeyKind::Header(name) => {
-                let values = key_values(
-                    req.header_lines(name),
-                    crate::config::key_header_is_list(name),
-                );
-                if values.len() > MAX_KEY_VALUES {
-                    if is_shadow {
-                        // Counted, forwarded; the enforced limits still charge it.
-                        shadow = Some(Decision::ShadowMalformed { limit: i });
-                        continue 'limits;
-                    }
-                    decision = Decision::Malformed { limit: i };
-                    break;
-                }
-                header_keys = if values.is_empty() {
-                    vec![KeyPart::Header(None)]
-                } else {
-                    values
-                        .into_iter()
-                        .map(|v| KeyPart::Header(Some(v)))
-                        .collect()
-                };
-                &header_keys
-            }
+            decision = Decision::Malformed { limit: i };
+            break;
         };
+        let keys = keys.as_slice();
         let n = limit.cost.as_ref().map_or(1, |c| c.reserve);
         // A cost-based limit's places in flight belong to the client (its address, an IPv6
         // client's /48, [`client_ip::concurrency_prefix`]), kept in the client's flight state
@@ -207,19 +180,52 @@ pub fn decide(
             limiter.end_client_flight(store, f, now_ns);
         }
     }
-    // What to give back: everything when rejected; what shadow limits took when one of
-    // them would have rejected (enforcing it would have stopped the request there).
-    let rejected = decision != Decision::Allowed;
+    let reservations = settle(
+        cfg,
+        limiter,
+        store,
+        &charged,
+        decision != Decision::Allowed,
+        shadow.is_some(),
+        now_ns,
+    );
+    limiter.charged = charged;
+    if let (Decision::Allowed, Some(hit)) = (decision, shadow) {
+        decision = hit;
+    }
+    LimitResult {
+        route,
+        decision,
+        store: events,
+        visit,
+        escalated,
+        reservations,
+    }
+}
+
+/// After the limits: gives back what a request must not keep and returns the cost-based
+/// reservations its response settles. Everything goes back when it was `rejected`; what
+/// shadow limits took when one of them would have rejected (`shadow_hit`: enforcing it would
+/// have stopped the request there); the rest is recorded in the fleet ledger.
+fn settle(
+    cfg: &Config,
+    limiter: &mut Limiter,
+    store: &dyn SharedData,
+    charged: &[Charge],
+    rejected: bool,
+    shadow_hit: bool,
+    now_ns: u64,
+) -> Vec<Reservation> {
     let mut reservations = Vec::new();
     for &Charge {
         taken: r,
         shadow: in_shadow,
-    } in &charged
+    } in charged
     {
         let Some(limit) = cfg.limits.get(r.limit) else {
             continue;
         };
-        if rejected || (in_shadow && shadow.is_some()) {
+        if rejected || (in_shadow && shadow_hit) {
             let rate = limiter.local_rate(limit.rate);
             if limit.cost.is_some() {
                 // Everything back, and the reservation's flight ends unlearned.
@@ -236,16 +242,50 @@ pub fn decide(
             reservations.push(r);
         }
     }
-    limiter.charged = charged;
-    if let (Decision::Allowed, Some(hit)) = (decision, shadow) {
-        decision = hit;
+    reservations
+}
+
+/// The bucket keys one limit charges for a request: one for `client_ip` and `global` (no
+/// allocation), one per distinct value of a key header ([`key_values`]; a request without
+/// the header has the one "missing" key).
+enum LimitKeys<'a> {
+    One(KeyPart<'a>),
+    Many(Vec<KeyPart<'a>>),
+}
+
+impl<'a> LimitKeys<'a> {
+    /// The keys of `key` for `req`; `None` when a key header names more than
+    /// [`MAX_KEY_VALUES`] distinct values (the request is malformed).
+    fn of(key: &'a KeyKind, req: &'a RequestKeys<'_>) -> Option<LimitKeys<'a>> {
+        Some(match key {
+            KeyKind::Global => LimitKeys::One(KeyPart::Global),
+            KeyKind::ClientIp => LimitKeys::One(req.client.map_or(KeyPart::UnknownIp, KeyPart::Ip)),
+            KeyKind::Header(name) => {
+                let values = key_values(
+                    req.header_lines(name),
+                    crate::config::key_header_is_list(name),
+                );
+                if values.len() > MAX_KEY_VALUES {
+                    return None;
+                }
+                if values.is_empty() {
+                    LimitKeys::One(KeyPart::Header(None))
+                } else {
+                    LimitKeys::Many(
+                        values
+                            .into_iter()
+                            .map(|v| KeyPart::Header(Some(v)))
+                            .collect(),
+                    )
+                }
+            }
+        })
     }
-    LimitResult {
-        route,
-        decision,
-        store: events,
-        visit,
-        escalated,
-        reservations,
+
+    fn as_slice(&self) -> &[KeyPart<'a>] {
+        match self {
+            LimitKeys::One(k) => std::slice::from_ref(k),
+            LimitKeys::Many(v) => v,
+        }
     }
 }
