@@ -227,17 +227,7 @@ impl RequestState {
                 }
             }
         }
-        // Header-keyed limits need every line of their header; read them up front (only
-        // when such limits exist).
-        let key_headers: Vec<(&str, Vec<Vec<u8>>)> = cfg
-            .limits
-            .iter()
-            .filter_map(|l| match &l.key {
-                KeyKind::Header(name) => Some(name.as_str()),
-                _ => None,
-            })
-            .map(|name| (name, host.request_header_lines(name)))
-            .collect();
+        let key_headers = read_key_headers(cfg, host);
         let keys = RequestKeys {
             route: facts.route,
             client: facts.client_prefix,
@@ -284,40 +274,67 @@ impl RequestState {
             }
             Decision::Malformed { limit } | Decision::ShadowMalformed { limit } => {
                 let shadow = matches!(out.decision, Decision::ShadowMalformed { .. });
-                log::debug!(
-                    "{}malformed_key class={} route={} limit={} (more than {} key values)",
-                    if shadow { "shadow_" } else { "" },
-                    class.as_str(),
-                    cfg.route_name(out.route),
-                    cfg.limits.get(limit).map_or("?", |l| l.name.as_str()),
-                    crate::limits::bucket_key::MAX_KEY_VALUES
-                );
-                if shadow {
-                    // Forwarded as under any shadow outcome: the enforced limits charged it,
-                    // and their cost reservations settle on the response.
-                    self.shadow_limit = Some(limit);
-                    return self.forward(cfg, host, class, std::mem::take(&mut out.reservations));
-                }
-                host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
-                return if self.reply(
-                    host,
-                    &rejection::malformed_key(),
-                    rejection::DETAILS_MALFORMED_KEY,
-                ) {
-                    Step::Pause
-                } else {
-                    self.forward(cfg, host, class, Vec::new())
-                };
+                return self.on_malformed(cfg, host, class, &mut out, limit, shadow);
             }
             Decision::Allowed => {
                 return self.forward(cfg, host, class, std::mem::take(&mut out.reservations))
             }
         };
+        self.on_limited(cfg, host, class, out.route, r)
+    }
+
+    /// A key header named more than `MAX_KEY_VALUES` values for limit `limit`: a 400 (or,
+    /// `shadow`, counted and forwarded).
+    fn on_malformed(
+        &mut self,
+        cfg: &Config,
+        host: &mut dyn Host,
+        class: Class,
+        out: &mut crate::limits::limiter::LimitResult,
+        limit: usize,
+        shadow: bool,
+    ) -> Step {
+        log::debug!(
+            "{}malformed_key class={} route={} limit={} (more than {} key values)",
+            if shadow { "shadow_" } else { "" },
+            class.as_str(),
+            cfg.route_name(out.route),
+            cfg.limits.get(limit).map_or("?", |l| l.name.as_str()),
+            crate::limits::bucket_key::MAX_KEY_VALUES
+        );
+        if shadow {
+            // Forwarded as under any shadow outcome: the enforced limits charged it,
+            // and their cost reservations settle on the response.
+            self.shadow_limit = Some(limit);
+            return self.forward(cfg, host, class, std::mem::take(&mut out.reservations));
+        }
+        host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));
+        if self.reply(
+            host,
+            &rejection::malformed_key(),
+            rejection::DETAILS_MALFORMED_KEY,
+        ) {
+            Step::Pause
+        } else {
+            self.forward(cfg, host, class, Vec::new())
+        }
+    }
+
+    /// Over limit `r.limit`: the class's rejection (429 or 503, Retry-After, RateLimit
+    /// headers when configured).
+    fn on_limited(
+        &mut self,
+        cfg: &Config,
+        host: &mut dyn Host,
+        class: Class,
+        route: usize,
+        r: crate::limits::limiter::OverLimit,
+    ) -> Step {
         let limit = cfg.limits.get(r.limit);
         log::debug!(
             "limited class={} route={} limit={} key={} retry_after_s={} status={}",
             class.as_str(),
-            cfg.route_name(out.route),
+            cfg.route_name(route),
             limit.map_or("?", |l| l.name.as_str()),
             limit.map_or("?", |l| l.key.kind_str()),
             r.retry_after_s,
@@ -423,6 +440,19 @@ impl RequestState {
             *sent = host.now_ns().unwrap_or(*sent);
         }
     }
+}
+
+/// Every line of each header a header-keyed limit needs, read up front (nothing when no
+/// limit is keyed by a header).
+fn read_key_headers<'a>(cfg: &'a Config, host: &mut dyn Host) -> Vec<(&'a str, Vec<Vec<u8>>)> {
+    cfg.limits
+        .iter()
+        .filter_map(|l| match &l.key {
+            KeyKind::Header(name) => Some(name.as_str()),
+            _ => None,
+        })
+        .map(|name| (name, host.request_header_lines(name)))
+        .collect()
 }
 
 /// Resumes a request paused on a verdict, with `class` (root side; the request may be gone,
