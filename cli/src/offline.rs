@@ -28,6 +28,8 @@ pub enum OfflineVerdict {
     Spoofed,
     /// Only FCrDNS could decide; not done offline.
     UnknownNeedsDns,
+    /// The bot's ranges are only URLs, never fetched offline.
+    UnknownRangesNotFetched,
     /// No method for this bot.
     Unknown,
     /// No `--ranges`: nothing is checked.
@@ -41,6 +43,7 @@ impl OfflineVerdict {
             OfflineVerdict::Verified => Verdict::Verified,
             OfflineVerdict::Spoofed => Verdict::Spoofed,
             OfflineVerdict::UnknownNeedsDns
+            | OfflineVerdict::UnknownRangesNotFetched
             | OfflineVerdict::Unknown
             | OfflineVerdict::NotChecked => Verdict::Unknown,
         }
@@ -60,6 +63,9 @@ impl OfflineVerdict {
             OfflineVerdict::Verified => "verified (ip range)",
             OfflineVerdict::Spoofed => "spoofed (not in ranges)",
             OfflineVerdict::UnknownNeedsDns => "unknown (needs FCrDNS, not done offline)",
+            OfflineVerdict::UnknownRangesNotFetched => {
+                "unknown (ranges only from URLs, not fetched offline)"
+            }
             OfflineVerdict::Unknown => "unknown (no method)",
             OfflineVerdict::NotChecked => "unknown (no --ranges)",
         }
@@ -98,11 +104,15 @@ impl Offline {
         let mut catalog = cfg.catalog().map_err(|e| format!("sidecar catalog: {e}"))?;
         for (bot, file) in pairs {
             description.push(format!("{bot}={}", file.display()));
-            catalog
-                .entry(bot)
-                .or_default()
-                .ranges
-                .push(RangeSource::File(file));
+            // A typo must not replay quietly with the bot judged without its ranges.
+            let Some(methods) = catalog.get_mut(&bot) else {
+                return Err(format!(
+                    "--ranges {bot}={}: no bot {bot:?} in the catalog (bot ids are lowercase, \
+                     as in `crawlguard classify`; a sidecar configuration's [[bots]] adds one)",
+                    file.display()
+                ));
+            };
+            methods.ranges.push(RangeSource::File(file));
         }
         let mut sets = HashMap::new();
         let mut urls = Vec::new();
@@ -160,6 +170,8 @@ impl Offline {
             FirstStep::Verified => OfflineVerdict::Verified,
             FirstStep::Fcrdns => OfflineVerdict::UnknownNeedsDns,
             FirstStep::Spoofed => OfflineVerdict::Spoofed,
+            // Range sources, none loaded: only URLs, which a replay does not fetch.
+            FirstStep::Unknown if !m.ranges.is_empty() => OfflineVerdict::UnknownRangesNotFetched,
             FirstStep::Unknown => OfflineVerdict::Unknown,
         }
     }
@@ -170,6 +182,7 @@ impl Offline {
             OfflineVerdict::Verified => self.ttl_s.0,
             OfflineVerdict::Spoofed => self.ttl_s.1,
             OfflineVerdict::UnknownNeedsDns
+            | OfflineVerdict::UnknownRangesNotFetched
             | OfflineVerdict::Unknown
             | OfflineVerdict::NotChecked => self.ttl_s.2,
         }

@@ -180,6 +180,22 @@ fn sidecar_ranges_verify_googlebot() {
         "spoofed"
     );
     assert!(Offline::load(&["googlebot=/nonexistent.json".to_string()]).is_err());
+    // A bot id the catalog lacks (ids are lowercase) is refused, not replayed without ranges.
+    let typo = Offline::load(&[format!("GPTBot={gptbot}")]).expect_err("unknown bot id");
+    assert!(typo.starts_with("--ranges GPTBot="), "{typo}");
+    assert!(typo.contains("no bot \"GPTBot\" in the catalog"), "{typo}");
+    // The built-in gptbot's ranges are only URLs: never fetched offline, so unknown, and said
+    // so apart from a bot with no method at all.
+    let builtin = Offline::load(&[]).expect("load");
+    let ip = "192.0.2.1".parse().expect("ip");
+    assert_eq!(
+        builtin.verdict(ip, "gptbot").label(),
+        "unknown (ranges only from URLs, not fetched offline)"
+    );
+    assert_eq!(
+        builtin.verdict(ip, "no-such-bot").label(),
+        "unknown (no method)"
+    );
 }
 
 #[test]

@@ -169,7 +169,8 @@ fn fleet_refills(limits: &[crate::config::Limit]) -> Result<(), ConfigError> {
                 format!(
                     "in fleet mode burst / rate_per_s must be <= {max_s} s (the fleet \
                      contract's bound, about 104 days), is {} s",
-                    refill_ns / 1_000_000_000
+                    // Rounded up, as the one-year bound's message is.
+                    (f64::from(l.burst) / l.rate_per_s).ceil()
                 ),
             ));
         }

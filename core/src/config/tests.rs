@@ -787,26 +787,25 @@ fn escalation_is_refused_for_the_crawler_classes_only() {
 
 #[test]
 fn a_fleet_mode_limit_must_refill_within_the_fleet_contracts_bound() {
-    // 9,000,000 s is the bound (contract::fleet::MAX_AHEAD_NS); burst 1 at 1/9,000,001 per
-    // second refills in 9,000,001 s. Without fleet mode a year is allowed.
-    let doc = |fleet: bool, rate: &str| {
+    // 9,000,000 s is the bound (contract::fleet::MAX_AHEAD_NS): burst 9 at 1e-6 per second
+    // refills in exactly that; burst 1 at 1e-7 in 10,000,000 s. Without fleet mode a year
+    // is allowed.
+    let doc = |fleet: bool, rate: &str, burst: &str| {
         format!(
             r#"{{"fleet":{{"enabled":{fleet}}},"store":{{"hash_seed":12345}},"limits":[{}]}}"#,
             L.replace(r#""rate_per_s":1"#, &format!(r#""rate_per_s":{rate}"#))
+                .replace(r#""burst":1"#, &format!(r#""burst":{burst}"#))
         )
     };
     assert_parse_outcomes(&[
         (
-            doc(true, "1.1111109876543222e-7"),
+            doc(true, "1e-7", "1"),
             "limits[0].rate_per_s: in fleet mode burst / rate_per_s must be <= 9000000 s (the \
-             fleet contract's bound, about 104 days), is 9000001 s"
+             fleet contract's bound, about 104 days), is 10000000 s"
                 .to_string(),
         ),
-        (doc(true, "1.1111111111111111e-7"), "<accepted>".to_string()),
-        (
-            doc(false, "1.1111109876543222e-7"),
-            "<accepted>".to_string(),
-        ),
+        (doc(true, "1e-6", "9"), "<accepted>".to_string()),
+        (doc(false, "1e-7", "1"), "<accepted>".to_string()),
     ]);
 }
 
