@@ -1,5 +1,5 @@
 //! Whole requests through the request machine and a worker, on the host: the fake proxy
-//! (`crawlguard_core::fake_host`) plays Envoy's callbacks, the verifier's answers and the clock.
+//! (`crawlguard_testkit::FakeProxy`) plays Envoy's callbacks, the verifier's answers and the clock.
 //! One test per promise, exact values.
 
 mod common;

@@ -1,6 +1,6 @@
 //! The proxy replay runs the filter in: an implementation of the filter's [`Host`] seam for
 //! one request at a time, and the driver that calls the request machine the way Envoy (and
-//! the filter crate's own `fake_host::FakeProxy`) does: request headers, root wake-up,
+//! `crawlguard_testkit::FakeProxy`) does: request headers, root wake-up,
 //! verifier answers, response headers.
 //!
 //! It is `FakeProxy` specialised for a replay: a log is replayed one request after another

@@ -1,7 +1,5 @@
-//! The limit decision for one request: which limits match its class and route, and one
-//! token from each matching bucket (keyed by client address, globally, or by a request
-//! header). If any bucket is empty, the tokens already taken are given back: a rejected
-//! request consumes nothing.
+//! The buckets a limit decision ([`crate::limits::decision`]) charges: key fingerprints,
+//! one charge per key, refunds, lease give-backs, and the decision's result types.
 //!
 //! Buckets live in the shared slot table ([`SharedSlots`]); when it cannot serve a key, the
 //! per-worker fallback ([`LocalStore`]) decides with the same limit. Both are reached through
