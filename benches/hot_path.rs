@@ -86,7 +86,8 @@ fn record_response(c: &mut Criterion) {
             b.iter(|| {
                 i = i.wrapping_add(1);
                 let client = clients.get(i % clients.len()).copied();
-                w.record_response(0, black_box(ms), false, client)
+                w.shedder
+                    .record_response(&w.cfg, 0, black_box(ms), false, client)
             })
         });
     }

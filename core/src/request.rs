@@ -61,7 +61,7 @@ pub struct RequestParts<'a> {
 
 impl<'a> RequestParts<'a> {
     /// The parts verification needs.
-    fn verify(&self) -> VerifyParts<'a, Handle> {
+    pub fn verify(&self) -> VerifyParts<'a, Handle> {
         VerifyParts {
             cfg: self.cfg,
             metrics: self.metrics,

@@ -18,7 +18,6 @@ use crate::request::{self, Handle, RequestParts};
 use crate::response::rejection::Jitter;
 use crate::store::{self, SharedData, StoreShape};
 use std::cell::RefCell;
-use std::net::IpAddr;
 
 /// Everything one worker keeps between requests.
 pub struct Worker {
@@ -113,11 +112,7 @@ impl Worker {
     }
 
     fn verify_parts(&self) -> VerifyParts<'_, Handle> {
-        VerifyParts {
-            cfg: &self.cfg,
-            metrics: &self.metrics,
-            verifier: &self.verifier,
-        }
+        self.request_parts().verify()
     }
 
     fn ranges_parts(&self) -> RangesParts<'_> {
@@ -218,19 +213,6 @@ impl Worker {
         let resumed =
             verification::on_callout_response(self.verify_parts(), host, token, status, body, now);
         self.resume(host, resumed);
-    }
-
-    /// Counts a response of route `route` to client prefix `client` (`None`: no parsable
-    /// address) that took `latency_ms` (VM memory only).
-    pub fn record_response(
-        &self,
-        route: usize,
-        latency_ms: u64,
-        error: bool,
-        client: Option<IpAddr>,
-    ) {
-        self.shedder
-            .record_response(&self.cfg, route, latency_ms, error, client);
     }
 
     /// The root tick period this configuration needs, ms: [`TICK_MS`] (shedding and the
