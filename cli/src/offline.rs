@@ -170,8 +170,8 @@ impl Offline {
             FirstStep::Verified => OfflineVerdict::Verified,
             FirstStep::Fcrdns => OfflineVerdict::UnknownNeedsDns,
             FirstStep::Spoofed => OfflineVerdict::Spoofed,
-            // Range sources, none loaded: only URLs, which a replay does not fetch.
-            FirstStep::Unknown if !m.ranges.is_empty() => OfflineVerdict::UnknownRangesNotFetched,
+            // Every set from a file loaded, so these are URLs, which a replay does not fetch.
+            FirstStep::RangesNotLoaded => OfflineVerdict::UnknownRangesNotFetched,
             FirstStep::Unknown => OfflineVerdict::Unknown,
         }
     }

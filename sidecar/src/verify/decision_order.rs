@@ -15,8 +15,10 @@ pub enum FirstStep {
     /// No domains, and at least one of its range sets loaded without the ip: `spoofed`
     /// (method `ip_range`).
     Spoofed,
-    /// No method could decide: a bot without methods, or range-only with none of its sets
-    /// loaded yet (`unknown`, so the filter's stale-if-error keeps an earlier verdict).
+    /// Range-only, and none of its sets loaded yet: `unknown`, so the filter's
+    /// stale-if-error keeps an earlier verdict.
+    RangesNotLoaded,
+    /// A bot without methods: `unknown`.
     Unknown,
 }
 
@@ -32,8 +34,12 @@ pub fn first_step(
         FirstStep::Verified
     } else if !methods.domains.is_empty() {
         FirstStep::Fcrdns
-    } else if !methods.ranges.is_empty() && any_loaded() {
-        FirstStep::Spoofed
+    } else if !methods.ranges.is_empty() {
+        if any_loaded() {
+            FirstStep::Spoofed
+        } else {
+            FirstStep::RangesNotLoaded
+        }
     } else {
         FirstStep::Unknown
     }
@@ -66,7 +72,10 @@ mod tests {
         assert_eq!(first_step(&methods(true, true), false, || true), Fcrdns);
         assert_eq!(first_step(&methods(true, false), false, || true), Fcrdns);
         assert_eq!(first_step(&methods(false, true), false, || true), Spoofed);
-        assert_eq!(first_step(&methods(false, true), false, || false), Unknown);
+        assert_eq!(
+            first_step(&methods(false, true), false, || false),
+            RangesNotLoaded
+        );
         assert_eq!(first_step(&methods(false, false), true, || true), Unknown);
     }
 }
