@@ -306,21 +306,20 @@ fn record_error<W: Clone>(
 }
 
 /// A request given up on without a new verdict (its deadline passed, or the root went
-/// away): a stale verdict if there is one, else `on_error`, with the event it counts.
+/// away): a stale verdict if there is one (with [`VerifyEvent::Stale`], counted per
+/// request), else `on_error`. The error itself is counted per claim, not here.
 fn give_up<W: Clone>(
     w: VerifyParts<'_, W>,
     host: &mut dyn Host,
     claim: &Claim,
     now_ns: u64,
-) -> (Class, VerifyEvent) {
+) -> (Class, Option<VerifyEvent>) {
     let entry = w
         .verifier
         .verdicts
         .claim(host.shared_data(), claim.fp, now_ns);
-    match stand_in(w, claim, entry, now_ns) {
-        (class, VerifyEvent::Stale) => (class, VerifyEvent::Stale),
-        (class, _) => (class, VerifyEvent::Error),
-    }
+    let (class, event) = stand_in(w, claim, entry, now_ns);
+    (class, (event == VerifyEvent::Stale).then_some(event))
 }
 
 /// Every waiter of claim `fp`'s flight, resolved with `class` (and `event` each).
@@ -452,47 +451,58 @@ pub fn on_callout_response<W: Clone>(
     out
 }
 
-/// Root side: requests whose deadline passed while queued (a safety net; callouts time out
-/// on their own), each resolved as a verifier error for its claim.
+/// Root side: requests whose deadline passed (a safety net: callouts time out on their
+/// own), each resolved as a verifier error for its claim. `crawlguard.verify.error` counts
+/// one per claim that ends without a verdict: here, each queued flight dropped before its
+/// callout; a dispatched flight's callout counts its own outcome (a timeout is one error,
+/// whichever of the tick and the callout's timeout comes first).
 pub fn expire<W: Clone>(
     w: VerifyParts<'_, W>,
     host: &mut dyn Host,
     now_ns: u64,
 ) -> Vec<Resolution<W>> {
-    let late = match w.verifier.flights.try_borrow_mut() {
+    let (late, dropped) = match w.verifier.flights.try_borrow_mut() {
         Ok(mut f) => f.expire(now_ns),
         Err(_) => return Vec::new(),
     };
-    late.into_iter()
-        .map(|(claim, waiter)| {
-            let (class, event) = give_up(w, host, &claim, now_ns);
-            Resolution {
-                waiter,
-                class,
-                event: Some(event),
-            }
-        })
-        .collect()
+    give_up_all(w, host, late, dropped, now_ns)
 }
 
 /// Root side, when the root context goes away (configuration update, shutdown): every
-/// paused request is resumed now, as a verifier error for its claim.
+/// paused request is resumed now, as a verifier error for its claim (one error counted per
+/// flight: none gets its callout's answer any more).
 pub fn drain<W: Clone>(
     w: VerifyParts<'_, W>,
     host: &mut dyn Host,
     now_ns: u64,
 ) -> Vec<Resolution<W>> {
-    let all = match w.verifier.flights.try_borrow_mut() {
+    let (all, ended) = match w.verifier.flights.try_borrow_mut() {
         Ok(mut f) => f.drain(),
         Err(_) => return Vec::new(),
     };
-    all.into_iter()
+    give_up_all(w, host, all, ended, now_ns)
+}
+
+/// `waiters` given up on, and `ended_flights` claims that end without a verdict (each
+/// counted once as [`VerifyEvent::Error`]).
+fn give_up_all<W: Clone>(
+    w: VerifyParts<'_, W>,
+    host: &mut dyn Host,
+    waiters: Vec<(Claim, Waiter<W>)>,
+    ended_flights: usize,
+    now_ns: u64,
+) -> Vec<Resolution<W>> {
+    for _ in 0..ended_flights {
+        w.metrics.count_verify(host, VerifyEvent::Error);
+    }
+    waiters
+        .into_iter()
         .map(|(claim, waiter)| {
             let (class, event) = give_up(w, host, &claim, now_ns);
             Resolution {
                 waiter,
                 class,
-                event: Some(event),
+                event,
             }
         })
         .collect()

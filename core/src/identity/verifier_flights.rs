@@ -191,9 +191,10 @@ impl<W: Clone> Flights<W> {
     }
 
     /// Removes and returns the waiters whose deadline has passed at `now_ns`, with their
-    /// claims. Queued flights left without waiters are dropped (nobody needs their verdict
-    /// now); dispatched ones stay, so their answer is still cached.
-    pub fn expire(&mut self, now_ns: u64) -> Vec<(Claim, Waiter<W>)> {
+    /// claims, and how many queued flights this left without waiters and dropped (nobody
+    /// needs their verdict now; each ends without a callout). Dispatched flights stay, so
+    /// their answer is still cached, and their callout's own outcome is what counts.
+    pub fn expire(&mut self, now_ns: u64) -> (Vec<(Claim, Waiter<W>)>, usize) {
         let mut out = Vec::new();
         for f in self.by_claim.values_mut() {
             let (late, keep): (Vec<_>, Vec<_>) =
@@ -201,19 +202,22 @@ impl<W: Clone> Flights<W> {
             f.waiters = keep;
             out.extend(late.into_iter().map(|w| (f.claim.clone(), w)));
         }
+        let before = self.by_claim.len();
         self.by_claim
             .retain(|_, f| !(f.state == FlightState::Queued && f.waiters.is_empty()));
-        out
+        (out, before - self.by_claim.len())
     }
 
-    /// Removes every flight (the root context is going away) and returns their waiters.
-    pub fn drain(&mut self) -> Vec<(Claim, Waiter<W>)> {
+    /// Removes every flight (the root context is going away) and returns their waiters,
+    /// and how many flights ended so (none gets its callout's answer any more).
+    pub fn drain(&mut self) -> (Vec<(Claim, Waiter<W>)>, usize) {
         self.by_token.clear();
+        let ended = self.by_claim.len();
         let mut out = Vec::new();
         for (_, f) in self.by_claim.drain() {
             out.extend(f.waiters.into_iter().map(|w| (f.claim.clone(), w)));
         }
-        out
+        (out, ended)
     }
 }
 
@@ -281,15 +285,17 @@ mod tests {
         assert_eq!(f.join(&claim(1, 0), waiter(3, 300)), Joined::Existing);
         assert_eq!(f.join(&claim(2, 0), waiter(4, 100)), Joined::New);
         f.dispatched(2, 9);
-        let late = f.expire(100);
+        let (late, dropped) = f.expire(100);
+        // Claim 2 is dispatched: it stays. Claim 1 keeps a waiter.
+        assert_eq!(dropped, 0);
         let mut ctxs: Vec<u32> = late.iter().map(|(_, w)| w.context).collect();
         ctxs.sort_unstable();
         assert_eq!(ctxs, vec![2, 4]);
         // Claim 1 still has a waiter; claim 2 is dispatched: its answer will still come.
         assert_eq!(f.len(), 2);
         assert_eq!(f.deadline_ns(1), Some(300));
-        let late = f.expire(300);
-        assert_eq!(late.len(), 1);
+        let (late, dropped) = f.expire(300);
+        assert_eq!((late.len(), dropped), (1, 1));
         assert_eq!(f.len(), 1);
         assert!(f.take_by_token(9).is_some_and(|fl| fl.waiters.is_empty()));
     }
@@ -304,7 +310,8 @@ mod tests {
             vec![1, 2]
         );
         assert_eq!(f.take(1).map(|fl| fl.waiters.len()), Some(1));
-        assert_eq!(f.drain().len(), 1);
+        let (waiters, ended) = f.drain();
+        assert_eq!((waiters.len(), ended), (1, 1));
         assert!(f.is_empty());
     }
 }
