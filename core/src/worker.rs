@@ -10,6 +10,7 @@ use crate::fleet::sync::{self, SyncParts, SyncState};
 use crate::host::{Host, TICK_MS};
 use crate::identity::published_ranges::{self, RangesParts};
 use crate::identity::verification::{self, Resolution, VerificationState, VerifyParts};
+use crate::identity::verifier_callouts;
 use crate::limits::limiter::Limiter;
 use crate::log_limit::WarnEvery10s;
 use crate::metrics::{MetricKind, Metrics};
@@ -162,7 +163,7 @@ impl Worker {
     pub fn on_wake(&self, host: &mut dyn Host) {
         self.verifier.wake_arrived();
         let now = host.now_ns().unwrap_or(0);
-        let resumed = verification::dispatch_queued(self.verify_parts(), host, now);
+        let resumed = verifier_callouts::dispatch_queued(self.verify_parts(), host, now);
         self.resume(host, resumed);
     }
 
@@ -210,8 +211,14 @@ impl Worker {
         {
             return published_ranges::on_response(self.ranges_parts(), host, status, body);
         }
-        let resumed =
-            verification::on_callout_response(self.verify_parts(), host, token, status, body, now);
+        let resumed = verifier_callouts::on_callout_response(
+            self.verify_parts(),
+            host,
+            token,
+            status,
+            body,
+            now,
+        );
         self.resume(host, resumed);
     }
 
@@ -250,8 +257,8 @@ impl Worker {
             return;
         }
         let now = host.now_ns().unwrap_or(u64::MAX);
-        let mut resumed = verification::expire(self.verify_parts(), host, now);
-        resumed.extend(verification::dispatch_queued(
+        let mut resumed = verifier_callouts::expire(self.verify_parts(), host, now);
+        resumed.extend(verifier_callouts::dispatch_queued(
             self.verify_parts(),
             host,
             now,
@@ -265,7 +272,7 @@ impl Worker {
             l.return_leases(host.shared_data());
         }
         let now = host.now_ns().unwrap_or(0);
-        let resumed = verification::drain(self.verify_parts(), host, now);
+        let resumed = verifier_callouts::drain(self.verify_parts(), host, now);
         self.resume(host, resumed);
     }
 

@@ -54,8 +54,9 @@ impl Catalog {
 
 impl Catalog {
     /// The README's table of the human rule and the generic rules: every token of every list
-    /// of [`HumanRule`](super::HumanRule), then every token of the `declared-bot` (generic bot markers) and
-    /// `script` entries, `| rule | tokens |`.
+    /// of [`HumanRule`](super::HumanRule), then every token of the generic bot markers
+    /// (`generic_markers_id`) and `script` entries, then the declarations
+    /// (`markers_in_platform_section`), `| rule | tokens |`.
     pub fn markdown_human_rule(&self) -> String {
         let h = &self.human;
         let mut out = String::from("| rule | tokens |\n|---|---|\n");
@@ -79,11 +80,13 @@ impl Catalog {
             "the platform section is also looked for after",
             &h.platform_section_after,
         );
+        let generic = format!(
+            "generic bot markers (`{}`, other_bot), even in a browser-shaped UA (in a device's \
+             platform section only the declarations below)",
+            h.generic_markers_id
+        );
         for (id, rule) in [
-            (
-                "declared-bot",
-                "generic bot markers (`declared-bot`, other_bot), even in a browser-shaped UA",
-            ),
+            (h.generic_markers_id.as_str(), generic.as_str()),
             (
                 "script",
                 "libraries, tools, headless and automation browsers (`script`)",
@@ -93,6 +96,10 @@ impl Catalog {
                 row(rule, &b.ua_contains);
             }
         }
+        row(
+            "declarations: generic markers that count in a device's platform section too",
+            &h.markers_in_platform_section,
+        );
         out
     }
 
@@ -173,11 +180,12 @@ mod tests {
         assert!(lines.contains(&"| `gptbot` |  | [gptbot.json](https://openai.com/gptbot.json) | [Overview of OpenAI Crawlers](https://platform.openai.com/docs/bots) |"));
         let table = c.markdown_human_rule();
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 2 + 7);
+        assert_eq!(lines.len(), 2 + 8);
         assert!(lines[2].starts_with(
             "| browser forms: `human` wherever they occur | `profile/midp-`, `netfront`, "
         ));
-        assert!(lines[7].starts_with("| generic bot markers (`declared-bot`, other_bot), even in a browser-shaped UA | `bot/`, "));
+        assert!(lines[7].starts_with("| generic bot markers (`declared-bot`, other_bot), even in a browser-shaped UA (in a device's platform section only the declarations below) | `bot/`, "));
         assert!(lines[8].ends_with("`wkhtmlto`, `ptst/` |"));
+        assert_eq!(lines[9], "| declarations: generic markers that count in a device's platform section too | `bot/`, `crawl`, `spider/`, `scrap`, `http://`, `https://`, `www.`, `mailto:` |");
     }
 }

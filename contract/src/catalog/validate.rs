@@ -127,6 +127,22 @@ impl Catalog {
                 ),
             );
         }
+        let Some(generic) = self.bots.iter().find(|b| b.id == h.generic_markers_id) else {
+            return err(
+                "generic_markers_id",
+                format!("{:?} is not the id of a bot", h.generic_markers_id),
+            );
+        };
+        if let Some(t) = h
+            .markers_in_platform_section
+            .iter()
+            .find(|t| !generic.ua_contains.contains(t))
+        {
+            return err(
+                "markers_in_platform_section",
+                format!("{t:?} is not a token of {}", generic.id),
+            );
+        }
         for (name, list) in h.lists() {
             if list.is_empty() {
                 return err(name, "must not be empty".into());
@@ -188,7 +204,7 @@ mod tests {
     const HUMAN: &str = r#""human":{"non_browser_id":"nb","non_browser_class":"other_bot",
         "platform_section_after":["mozilla/"],"device_platforms":["iphone"],
         "desktop_platforms":["windows"],"browser_tokens":["gecko"],"browser_forms":["netfront"],
-        "source":"s"}"#;
+        "generic_markers_id":"x","markers_in_platform_section":["x"],"source":"s"}"#;
 
     fn one_bot(fields: &str) -> String {
         format!(
@@ -308,6 +324,24 @@ mod tests {
         assert_eq!(
             bad(r#"["netfront"]"#, r#"["  "]"#),
             "human.browser_forms: \"  \" is blank or too long"
+        );
+        assert_eq!(
+            bad(r#""generic_markers_id":"x""#, r#""generic_markers_id":"y""#),
+            "human.generic_markers_id: \"y\" is not the id of a bot"
+        );
+        assert_eq!(
+            bad(
+                r#""markers_in_platform_section":["x"]"#,
+                r#""markers_in_platform_section":["bot/"]"#
+            ),
+            "human.markers_in_platform_section: \"bot/\" is not a token of x"
+        );
+        assert_eq!(
+            bad(
+                r#""markers_in_platform_section":["x"]"#,
+                r#""markers_in_platform_section":[]"#
+            ),
+            "human.markers_in_platform_section: must not be empty"
         );
         assert_eq!(
             bad(r#""source":"s"}}"#, r#""source":"t"}}"#),

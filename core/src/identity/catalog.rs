@@ -50,6 +50,12 @@ pub struct BuiltinHumanRule {
     pub browser_tokens: &'static [&'static str],
     /// Browser forms that are enough wherever they occur.
     pub browser_forms: &'static [&'static str],
+    /// Id of the entry holding the generic bot markers: its tokens do not count inside the
+    /// platform section of an otherwise browser-shaped User-Agent (device names there).
+    pub generic_markers_id: &'static str,
+    /// The generic markers that count inside the platform section too (a product token, a
+    /// crawler's name, a web address, a contact).
+    pub markers_in_platform_section: &'static [&'static str],
 }
 
 // `BUILTIN` and `HUMAN`, generated from the data file by build.rs.
@@ -153,12 +159,14 @@ mod tests {
             ("non-browser", Class::OtherBot)
         );
         assert_eq!(h.platform_section_after, ["mozilla/"]);
-        assert_eq!(h.device_platforms.len(), 36);
+        assert_eq!(h.device_platforms.len(), 57);
         assert_eq!(h.desktop_platforms.len(), 22);
         assert_eq!(h.browser_tokens.len(), 20);
-        assert_eq!(h.browser_forms.len(), 12);
-        assert!(h.device_platforms.contains(&"iphone"));
-        assert!(h.browser_forms.contains(&"cfnetwork/"));
+        assert_eq!(h.browser_forms.len(), 19);
+        assert_eq!(h.markers_in_platform_section.len(), 8);
+        assert_eq!(h.generic_markers_id, "declared-bot");
+        assert!(h.device_platforms.contains(&"iphone") && h.device_platforms.contains(&"crkey"));
+        assert!(h.browser_forms.contains(&"cfnetwork/") && h.browser_forms.contains(&"lynx/"));
         assert!(!builtin().iter().any(|e| e.id == h.non_browser_id));
     }
 
