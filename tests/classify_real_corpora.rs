@@ -15,12 +15,15 @@
 //! printed (`cargo test --test classify_real_corpora -- --nocapture`; `CLASSIFY_SHOW_ALL=1`
 //! lists every miss).
 
+mod common;
+
+use common::claimed;
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use crawlguard_core::identity::catalog::builtin_catalog;
 use crawlguard_core::identity::class::Class;
-use crawlguard_core::identity::classify::{Classification, Classifier};
+use crawlguard_core::identity::classify::Classifier;
 use serde::Deserialize;
 
 const DEVICE_DETECTOR: &str =
@@ -81,11 +84,6 @@ fn fixtures(file: &Path) -> Vec<Fixture> {
     serde_yaml_ng::from_str::<Option<Vec<Fixture>>>(&text)
         .unwrap_or_else(|e| panic!("{file:?}: {e}"))
         .unwrap_or_default()
-}
-
-/// The class a UA ends up with once verification succeeds (what the catalog claims).
-fn claimed(c: &Classification<'_>) -> Class {
-    c.bot.map_or(c.class, |b| b.class)
 }
 
 /// Class counts and the misses of one group.

@@ -11,6 +11,9 @@
 //! `human`, at most 0.5% of uap-core's browsers is anything but `human`. The confusion counts
 //! per class are printed (`cargo test --test classify_real_data -- --nocapture`).
 
+mod common;
+
+use common::claimed;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -43,12 +46,6 @@ fn read(path: &str) -> String {
              next to the repository root (cargo test runs with the repository root as cwd)"
         ),
     }
-}
-
-/// The class a UA ends up with once verification succeeds (what the catalog claims), so the
-/// tables show `search_crawler` for Googlebot instead of `unverified_bot`.
-fn claimed(c: &Classification<'_>) -> Class {
-    c.bot.map_or(c.class, |b| b.class)
 }
 
 fn print_counts(title: &str, counts: &BTreeMap<Class, usize>, total: usize) {

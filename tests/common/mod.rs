@@ -16,3 +16,11 @@ pub fn pt_config(divisor: u32) -> PtConfig {
         ..base
     }
 }
+
+/// The class a User-Agent ends up with once verification succeeds (what the catalog claims),
+/// so the real-data tables show `search_crawler` for Googlebot instead of `unverified_bot`.
+pub fn claimed(
+    c: &crawlguard_core::identity::classify::Classification<'_>,
+) -> crawlguard_core::identity::class::Class {
+    c.bot.map_or(c.class, |b| b.class)
+}
