@@ -51,6 +51,9 @@ fn decide_allow(c: &mut Criterion) {
     let req = RequestKeys {
         route: 0,
         client: "127.0.0.1".parse().ok(),
+        client_ip: "127.0.0.1".parse().ok(),
+        bot: None,
+        path: b"/",
         key_headers: &[],
         verified_claim: false,
     };

@@ -102,15 +102,20 @@ fn the_tester_allows_exactly_the_contracts_overshoot_for_the_compose_fleet() {
     let c = classifier.classify(Some(ua.as_bytes()));
     assert_eq!(c.class, Class::OtherBot, "{ua}");
     assert!(!c.bot.expect("a catalog entry").verify);
-    // Its one per-client limit is the one the tester's constants describe.
-    let limits: Vec<_> = cfg
+    // Its one per-address limit is the one the tester's constants describe; the aggregate
+    // ones (per /24, per bot) admit more in rate and burst, so for one client from one
+    // address that one binds.
+    let (per_address, aggregate): (Vec<_>, Vec<_>) = cfg
         .limits
         .iter()
         .filter(|l| l.class.is_none_or(|k| k == Class::OtherBot))
-        .collect();
-    assert_eq!(limits.len(), 1, "{limits:?}");
-    let l = limits[0];
-    assert_eq!(l.key, KeyKind::ClientIp);
+        .partition(|l| l.key == KeyKind::ClientIp && l.address_prefix.is_none());
+    assert_eq!(per_address.len(), 1, "{per_address:?}");
+    let l = per_address[0];
+    assert_eq!(aggregate.len(), 2, "{aggregate:?}");
+    for a in aggregate {
+        assert!(a.rate_per_s > l.rate_per_s && a.burst > l.burst, "{a:?}");
+    }
     assert_eq!(u64::from(l.burst), tester_num("FLEET_BURST"));
     assert_eq!(l.rate_per_s, tester_num("FLEET_RATE_PER_S") as f64);
     // No escalation: a penalty would reject requests the limit admits.

@@ -208,6 +208,8 @@ const WORDS: &[&str] = &[
     "header:",
     "header:x-api-key",
     "header:user-agent",
+    "bot",
+    "path",
     "header:bad name",
     "human",
     "script",
@@ -463,7 +465,15 @@ fn limit_spec() -> impl Strategy<Value = LimitSpec> {
         prop::sample::select(&["*", "default", "api"][..]),
         rate_text(),
         prop_oneof![1u32..=100, 1u32..=1_000_000, Just(1_000_000)],
-        prop::sample::select(&["client_ip", "global", "header:X-Api-Key", "header:x-tenant"][..]),
+        prop::sample::select(
+            &[
+                "client_ip",
+                "global",
+                "path",
+                "header:X-Api-Key",
+                "header:x-tenant",
+            ][..],
+        ),
     )
         .prop_map(|(name, class, route, rate, burst, key)| LimitSpec {
             name,
@@ -531,6 +541,7 @@ proptest! {
             let key = match s.key.as_str() {
                 "client_ip" => KeyKind::ClientIp,
                 "global" => KeyKind::Global,
+                "path" => KeyKind::Path,
                 k => KeyKind::Header(k.trim_start_matches("header:").to_ascii_lowercase()),
             };
             prop_assert_eq!(&l.key, &key);

@@ -404,11 +404,14 @@ fn reqs() -> impl Strategy<Value = Vec<Req>> {
 }
 
 /// The limiter's view of a request from `remote` for `path` (no key headers).
-fn keys(cfg: &crawlguard_core::config::Config, path: &str, remote: &str) -> RequestKeys<'static> {
+fn keys<'a>(cfg: &crawlguard_core::config::Config, path: &'a str, remote: &str) -> RequestKeys<'a> {
+    let ip = client_ip::parse_addr(remote.as_bytes());
     RequestKeys {
         route: cfg.route_of(path_only(path.as_bytes())),
-        client: client_ip::parse_addr(remote.as_bytes())
-            .map(|ip| client_ip::masked(ip, &cfg.client_ip)),
+        client: ip.map(|ip| client_ip::masked(ip, &cfg.client_ip)),
+        client_ip: ip,
+        bot: None,
+        path: path_only(path.as_bytes()),
         key_headers: &[],
         verified_claim: false,
     }

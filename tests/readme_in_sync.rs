@@ -202,7 +202,7 @@ fn readme_class_policies_and_default_limits_are_the_defaults() {
                     l.class.map_or("*", |c| c.as_str()),
                     Some(l.rate_per_s),
                     Some(l.burst),
-                    l.key.kind_str()
+                    l.key_label().as_str()
                 ),
                 "limit {name}"
             );

@@ -77,7 +77,7 @@ fn every_shipped_example_and_istio_file() {
     assert_eq!(
         text(&out.stdout).trim_end(),
         format!(
-            "{}: WasmPlugin crawlguard (spec.pluginConfig): ok (mode enforce, 9 limits, 0 routes, \
+            "{}: WasmPlugin crawlguard (spec.pluginConfig): ok (mode enforce, 18 limits, 0 routes, \
              161 bots, 65536 bucket slots, verifier cluster \
              \"outbound|9090||crawlguard-sidecar.crawlguard-system.svc.cluster.local\")",
             root().join("envoy/istio/wasmplugin.yaml").display()
@@ -95,7 +95,7 @@ fn envoy_yaml_and_the_embedded_default() {
         let out = check(&[root().join(f).to_str().expect("path")]);
         assert_eq!(out.status.code(), Some(0), "{f}: {}", text(&out.stderr));
         assert!(
-            text(&out.stdout).contains("ok (mode enforce, 9 limits"),
+            text(&out.stdout).contains("ok (mode enforce, 18 limits"),
             "{f}"
         );
     }
@@ -170,7 +170,7 @@ fn invalid_configurations_exit_1_with_the_filters_message() {
         text(&out.stderr)
     );
     assert!(text(&out.stdout)
-        .contains("api-route.json: configuration: ok (mode enforce, 11 limits, 1 routes"));
+        .contains("api-route.json: configuration: ok (mode enforce, 20 limits, 1 routes"));
     let out = check(&["/nonexistent.json"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("/nonexistent.json"));
@@ -207,7 +207,7 @@ fn load_warnings_are_printed_one_line_each_and_do_not_fail() {
 
 #[test]
 fn a_class_left_unlimited_and_robots_txt_not_exempt_are_warned_about() {
-    // The API route example as it was: its own limits replaced the nine defaults, and its own
+    // The API route example as it was: its own limits replaced the defaults, and its own
     // exempt_paths the default list.
     let cfg = r#"{"routes":[{"name":"api","path_prefix":"/api/"}],"limits":[
         {"name":"human_per_ip","class":"human","route":"*","rate_per_s":20,"burst":100,"key":"client_ip"},
@@ -233,7 +233,7 @@ fn a_class_left_unlimited_and_robots_txt_not_exempt_are_warned_about() {
         format!(
             "-: configuration: configuration warning: limits: no enforced limit covers class \
              {class} on route default: its requests there are never limited (a configuration's \
-             own limits replace all 9 defaults; the default for {class}: {default})"
+             own limits replace all 18 defaults; the default for {class}: {default})"
         )
     };
     assert_eq!(
@@ -244,27 +244,42 @@ fn a_class_left_unlimited_and_robots_txt_not_exempt_are_warned_about() {
                 .to_string(),
             w(
                 "search_crawler",
-                "search_crawler_per_ip (10/s, burst 50, key client_ip)"
+                "search_crawler_per_ip (10/s, burst 50, key client_ip) and \
+                 search_crawler_per_bot (200/s, burst 2000, key bot)"
             ),
             w(
                 "ai_retriever",
-                "ai_retriever_per_ip (5/s, burst 20, key client_ip)"
+                "ai_retriever_per_ip (5/s, burst 20, key client_ip) and \
+                 ai_retriever_per_bot (50/s, burst 500, key bot)"
             ),
             w(
                 "ai_trainer",
-                "ai_trainer_per_ip (1/s, burst 5, key client_ip)"
+                "ai_trainer_per_ip (1/s, burst 5, key client_ip) and \
+                 ai_trainer_per_bot (5/s, burst 50, key bot)"
             ),
             w(
                 "other_bot",
-                "other_bot_per_ip (1/s, burst 10, key client_ip)"
+                "other_bot_per_ip (1/s, burst 10, key client_ip) and \
+                 other_bot_per_24 (3/s, burst 30, key client_ip /24 /48) and \
+                 other_bot_per_bot (20/s, burst 200, key bot)"
             ),
-            w("script", "script_per_ip (1/s, burst 10, key client_ip)"),
+            w(
+                "script",
+                "script_per_ip (1/s, burst 10, key client_ip) and \
+                 script_per_24 (5/s, burst 50, key client_ip /24 /48)"
+            ),
             w(
                 "unverified_bot",
                 "unverified_bot_per_ip (0.5/s, burst 5, key client_ip) and \
+                 unverified_bot_per_24 (2/s, burst 20, key client_ip /24 /48) and \
                  unverified_bot_global (20/s, burst 100, key global)"
             ),
-            w("spoofed", "spoofed_per_ip (0.1/s, burst 2, key client_ip)"),
+            w(
+                "spoofed",
+                "spoofed_per_ip (0.1/s, burst 2, key client_ip) and \
+                 spoofed_per_24 (0.5/s, burst 5, key client_ip /24 /48) and \
+                 spoofed_global (5/s, burst 50, key global)"
+            ),
             "-: configuration: configuration warning: exempt_paths: \"/robots.txt\" is not \
              exempt: crawlers fetching it are limited like any page, and a crawler refused its \
              robots.txt may stop crawling the site (Googlebot treats a 429 or 5xx there as a \

@@ -92,7 +92,7 @@ fn default_configuration_in_real_time_without_verification() {
     assert_eq!(j["requests"], 9_999);
     assert_eq!(class(&j, "human"), (7_037, 0));
     assert_eq!(class(&j, "unverified_bot"), (919, 220));
-    assert_eq!(class(&j, "other_bot"), (1_376, 55));
+    assert_eq!(class(&j, "other_bot"), (1_368, 63));
     assert_eq!(class(&j, "script"), (149, 62));
     assert_eq!(class(&j, "search_crawler"), (0, 0));
     assert_eq!(j["exempt"], 181);
@@ -100,14 +100,18 @@ fn default_configuration_in_real_time_without_verification() {
     assert_eq!(limit(&j, "unverified_bot_global"), (919, 0));
     assert_eq!(limit(&j, "script_per_ip"), (149, 62));
     assert_eq!(limit(&j, "human_per_ip"), (7_037, 0));
+    // The aggregate defaults: one /24 of other_bot clients takes more than its share.
+    assert_eq!(limit(&j, "other_bot_per_ip"), (1_368, 55));
+    assert_eq!(limit(&j, "other_bot_per_24"), (1_368, 8));
+    assert_eq!(limit(&j, "other_bot_per_bot"), (1_368, 0));
     assert_eq!(
         j["routes"],
-        serde_json::json!([{"route": "default", "admitted": 9_481, "rejected": 337,
+        serde_json::json!([{"route": "default", "admitted": 9_473, "rejected": 345,
                             "shadow_limited": 0}])
     );
     assert_eq!(
         j["status_vs_prediction"][0],
-        serde_json::json!({"actual": "2xx", "admitted": 8_755, "rejected_429": 235,
+        serde_json::json!({"actual": "2xx", "admitted": 8_747, "rejected_429": 243,
                            "rejected_503": 0, "shadow_limited": 0, "exempt": 180})
     );
     assert_eq!(j["cost_limits"], serde_json::json!([]));
@@ -206,14 +210,14 @@ fn shadow_mode_forwards_everything_and_counts_what_it_would_reject() {
     // that keep ignoring their Retry-After escalate, and in shadow mode no key is told one.
     assert_eq!(class3(&j, "unverified_bot"), (930, 0, 209));
     assert_eq!(class3(&j, "script"), (156, 0, 55));
-    assert_eq!(class3(&j, "other_bot"), (1_376, 0, 55));
+    assert_eq!(class3(&j, "other_bot"), (1_368, 0, 63));
     assert_eq!(limit3(&j, "unverified_bot_per_ip"), (930, 0, 209));
     // The global limit comes after the per-ip one; it objected to none of them.
     assert_eq!(limit3(&j, "unverified_bot_global"), (1_139, 0, 0));
     assert_eq!(
         j["status_vs_prediction"][0],
-        serde_json::json!({"actual": "2xx", "admitted": 8_766, "rejected_429": 0,
-                           "rejected_503": 0, "shadow_limited": 224, "exempt": 180})
+        serde_json::json!({"actual": "2xx", "admitted": 8_758, "rejected_429": 0,
+                           "rejected_503": 0, "shadow_limited": 232, "exempt": 180})
     );
     assert_eq!(
         j["top_limited_clients"][0],

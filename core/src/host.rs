@@ -4,7 +4,7 @@
 //! ([`crate::identity::verification`]) need from Envoy goes through this trait: the current request's
 //! headers and downstream address, time, randomness, local replies, resuming a paused
 //! request, counters, shared data, verifier callouts and switching between request contexts.
-//! `wasm_host.rs` implements it over the proxy-wasm ABI; [`crate::fake_host`] implements it
+//! `wasm_host.rs` implements it over the proxy-wasm ABI; `crawlguard_testkit::fake_host` implements it
 //! in memory, so whole requests are tested on the host without Envoy.
 //!
 //! "The current request" is proxy-wasm's *effective context*: the request whose callback is

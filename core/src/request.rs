@@ -181,6 +181,7 @@ impl RequestState {
                 match verify_claim(me, context, w, host, &facts, &bot.id, bot.class) {
                     Some(class) => class,
                     None => {
+                        facts.bot = Some(bot.id.clone());
                         self.phase = Phase::AwaitingVerdict(Box::new(facts));
                         return Step::Pause;
                     }
@@ -188,7 +189,8 @@ impl RequestState {
             }
             _ => c.class,
         };
-        self.decide(w, host, &facts, class)
+        let bot = c.bot.map(|b| b.id.as_str());
+        self.decide(w, host, &facts, class, bot)
     }
 
     /// The verdict arrived while paused: decide with `class`. Returns what the proxy should
@@ -202,16 +204,18 @@ impl RequestState {
         let Phase::AwaitingVerdict(facts) = std::mem::take(&mut self.phase) else {
             return None;
         };
-        Some(self.decide(w, host, &facts, class))
+        Some(self.decide(w, host, &facts, class, facts.bot.as_deref()))
     }
 
-    /// Takes tokens for `class` and forwards (annotated with the class) or answers locally.
+    /// Takes tokens for `class` and forwards (annotated with the class) or answers locally;
+    /// `bot` is the catalog bot id the User-Agent names (the `bot` key).
     fn decide(
         &mut self,
         w: RequestParts<'_>,
         host: &mut dyn Host,
         facts: &Facts,
         class: Class,
+        bot: Option<&str>,
     ) -> Step {
         let cfg = w.cfg;
         self.route = facts.route;
@@ -231,6 +235,9 @@ impl RequestState {
         let keys = RequestKeys {
             route: facts.route,
             client: facts.client_prefix,
+            client_ip: facts.client_ip,
+            bot,
+            path: &facts.path,
             key_headers: &key_headers,
             // Under `on_error: claimed_class` the claimed class may stand in for a verdict
             // the verifier never gave (an attacker can make its own lookup fail), so only
@@ -447,10 +454,7 @@ impl RequestState {
 fn read_key_headers<'a>(cfg: &'a Config, host: &mut dyn Host) -> Vec<(&'a str, Vec<Vec<u8>>)> {
     cfg.limits
         .iter()
-        .filter_map(|l| match &l.key {
-            KeyKind::Header(name) => Some(name.as_str()),
-            _ => None,
-        })
+        .flat_map(|l| l.key.parts().iter().filter_map(KeyKind::header_name))
         .map(|name| (name, host.request_header_lines(name)))
         .collect()
 }

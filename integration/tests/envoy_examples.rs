@@ -1,6 +1,6 @@
 //! Every Envoy configuration shipped in `envoy/` must load (`envoy --mode validate`), and
 //! the filter configurations of `envoy/examples/` keep every class limited in a real Envoy:
-//! a configuration's own `limits` replace all nine defaults, and the API route example once
+//! a configuration's own `limits` replace all the defaults, and the API route example once
 //! left scripts, unverified and spoofed claims unlimited off `/api/` (issue 19, item 11); a
 //! configuration that does so loads with one warning per class in Envoy's log.
 
@@ -168,8 +168,9 @@ async fn a_configuration_leaving_classes_unlimited_loads_with_a_warning_per_clas
     let envoy = Envoy::start(EnvoyOpts::with_config(old)).await;
     let spoofed = "configuration warning: limits: no enforced limit covers class spoofed on \
                    route default: its requests there are never limited (a configuration's own \
-                   limits replace all 9 defaults; the default for spoofed: spoofed_per_ip \
-                   (0.1/s, burst 2, key client_ip))";
+                   limits replace all 18 defaults; the default for spoofed: spoofed_per_ip \
+                   (0.1/s, burst 2, key client_ip) and spoofed_per_24 (0.5/s, burst 5, key \
+                   client_ip /24 /48) and spoofed_global (5/s, burst 50, key global))";
     let classes = [
         "search_crawler",
         "ai_retriever",

@@ -5,7 +5,6 @@ use super::{Prediction, Replay, CRAWLER_WARN_SHARE, SCHEMA};
 use crate::status::StatusBucket;
 use crate::table::share;
 use crate::time;
-use crawlguard_core::config::KeyKind;
 use crawlguard_core::identity::classify::Class;
 use serde::Serialize;
 
@@ -105,10 +104,7 @@ impl Replay {
                     route: l
                         .route
                         .map_or("*".to_string(), |r| cfg.route_name(r).to_string()),
-                    key: match &l.key {
-                        KeyKind::Header(h) => format!("header:{h}"),
-                        k => k.kind_str().to_string(),
-                    },
+                    key: l.key_label(),
                     rate_per_s: l.rate_per_s,
                     burst: l.burst,
                     mode: l.mode.as_str(),
@@ -150,7 +146,7 @@ impl Replay {
             header_keyed_limits: cfg
                 .limits
                 .iter()
-                .filter(|l| matches!(l.key, KeyKind::Header(_)))
+                .filter(|l| l.key.parts().iter().any(|p| p.header_name().is_some()))
                 .map(|l| l.name.clone())
                 .collect(),
             cost_limits: cfg

@@ -30,6 +30,7 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         &raw.routes,
         raw.mode,
         &class_header,
+        &client_ip,
     )?;
     let mut cost_headers: Vec<String> = limits
         .iter()

@@ -2,7 +2,7 @@
 //! out the same values (a test keeps them equal), and the README's reference table is
 //! checked against that file.
 
-use super::raw::RawLimit;
+use super::raw::{RawKey, RawLimit};
 use super::{
     ClassPolicy, ClientIpConfig, DegradedShare, Escalation, FleetConfig, IpSource, OnError,
     RetryAfter, RewriteConfig, StoreConfig, VerifierConfig,
@@ -46,6 +46,11 @@ pub(super) fn default_policy(class: Class) -> ClassPolicy {
     }
 }
 
+/// The default limits: per address for every class, and beside them, for every class but
+/// `human`, an aggregate one: per /24 (IPv6 /48) for classes a scraper's address pool lands
+/// in (a pool spread over addresses, each under its own rate), per bot id for crawler
+/// classes (one operator across all its addresses, however many), and one bucket for claims
+/// that failed or cannot be checked.
 pub(super) fn default_limits() -> Vec<RawLimit> {
     let l = |name: &str, class: &str, rate_per_s: f64, burst: u32, key: &str| RawLimit {
         name: name.into(),
@@ -53,13 +58,22 @@ pub(super) fn default_limits() -> Vec<RawLimit> {
         route: "*".into(),
         rate_per_s,
         burst,
-        key: key.into(),
+        key: RawKey::One(key.into()),
+        ipv4_prefix_len: None,
+        ipv6_prefix_len: None,
         mode: None,
         cost: None,
+    };
+    // Per /24 and /48: a network's share, whatever its addresses.
+    let per_24 = |name: &str, class: &str, rate_per_s: f64, burst: u32| RawLimit {
+        ipv4_prefix_len: Some(u32::from(AGGREGATE_IPV4_PREFIX_LEN)),
+        ipv6_prefix_len: Some(u32::from(AGGREGATE_IPV6_PREFIX_LEN)),
+        ..l(name, class, rate_per_s, burst, "client_ip")
     };
     vec![
         l("human_per_ip", "human", 20.0, 100, "client_ip"),
         l("script_per_ip", "script", 1.0, 10, "client_ip"),
+        per_24("script_per_24", "script", 5.0, 50),
         l(
             "search_crawler_per_ip",
             "search_crawler",
@@ -67,9 +81,20 @@ pub(super) fn default_limits() -> Vec<RawLimit> {
             50,
             "client_ip",
         ),
+        l(
+            "search_crawler_per_bot",
+            "search_crawler",
+            200.0,
+            2_000,
+            "bot",
+        ),
         l("ai_retriever_per_ip", "ai_retriever", 5.0, 20, "client_ip"),
+        l("ai_retriever_per_bot", "ai_retriever", 50.0, 500, "bot"),
         l("ai_trainer_per_ip", "ai_trainer", 1.0, 5, "client_ip"),
+        l("ai_trainer_per_bot", "ai_trainer", 5.0, 50, "bot"),
         l("other_bot_per_ip", "other_bot", 1.0, 10, "client_ip"),
+        per_24("other_bot_per_24", "other_bot", 3.0, 30),
+        l("other_bot_per_bot", "other_bot", 20.0, 200, "bot"),
         l(
             "unverified_bot_per_ip",
             "unverified_bot",
@@ -77,6 +102,7 @@ pub(super) fn default_limits() -> Vec<RawLimit> {
             5,
             "client_ip",
         ),
+        per_24("unverified_bot_per_24", "unverified_bot", 2.0, 20),
         l(
             "unverified_bot_global",
             "unverified_bot",
@@ -85,8 +111,16 @@ pub(super) fn default_limits() -> Vec<RawLimit> {
             "global",
         ),
         l("spoofed_per_ip", "spoofed", 0.1, 2, "client_ip"),
+        per_24("spoofed_per_24", "spoofed", 0.5, 5),
+        l("spoofed_global", "spoofed", 5.0, 50, "global"),
     ]
 }
+
+/// The aggregate default limits' IPv4 prefix: a /24, the smallest block routed on the
+/// Internet (a hosting tenant's or a small network's addresses).
+pub const AGGREGATE_IPV4_PREFIX_LEN: u8 = 24;
+/// The aggregate default limits' IPv6 prefix: a /48, a site's usual allocation.
+pub const AGGREGATE_IPV6_PREFIX_LEN: u8 = 48;
 
 pub(super) fn default_exempt_paths() -> Vec<String> {
     ["/robots.txt", "/sitemap.xml", "/sitemap_index.xml"]

@@ -4,20 +4,14 @@
 use super::defaults;
 use super::headers::{key_header_name, taken_over_header_name};
 use super::is_name;
-use super::raw::RawLimit;
-use super::{err, ConfigError, Cost, KeyKind, Limit, Mode, Route, DEFAULT_ROUTE, MAX_REFILL_S};
+use super::raw::{RawKey, RawLimit};
+use super::{
+    err, AddressPrefix, ClientIpConfig, ConfigError, Cost, KeyKind, Limit, Mode, Route,
+    DEFAULT_ROUTE, MAX_REFILL_S,
+};
 use crate::identity::class::Class;
 use crate::limits::bucket::Rate;
 use std::collections::HashSet;
-
-/// Why `header:user-agent` needs a class: anyone can send a crawler's exact User-Agent, so
-/// with `class: "*"` spoofed claims would spend, and escalate, the bucket that the verified
-/// crawler with that User-Agent uses (a limit of one class keeps them apart: spoofed claims
-/// are class `spoofed`).
-pub const USER_AGENT_KEY_NEEDS_A_CLASS: &str = "\"header:user-agent\" needs a class, not \"*\": \
-     anyone can send a crawler's exact User-Agent, so spoofed claims would spend (and \
-     escalate) the bucket of the verified crawler that sends it; give each per-User-Agent \
-     limit one class";
 
 /// `limits`: unique names, known class and route, a rate and burst that fit (refill within
 /// [`MAX_REFILL_S`]), a valid key (a header key not refused, see `headers::KEY_REFUSED`,
@@ -27,6 +21,7 @@ pub(super) fn compile_limits(
     routes: &[Route],
     mode: Mode,
     class_header: &str,
+    client_ip: &ClientIpConfig,
 ) -> Result<Vec<Limit>, ConfigError> {
     let mut limits = Vec::with_capacity(raw_limits.len());
     let mut limit_names = HashSet::new();
@@ -93,24 +88,36 @@ pub(super) fn compile_limits(
                 ),
             ));
         }
-        let key = match l.key.as_str() {
-            "client_ip" => KeyKind::ClientIp,
-            "global" => KeyKind::Global,
-            k => match k.strip_prefix("header:") {
-                Some(h) => {
-                    let name = key_header_name(&format!("{p}.key"), h, class_header)?;
-                    if name == "user-agent" && class.is_none() {
-                        return Err(err(format!("{p}.key"), USER_AGENT_KEY_NEEDS_A_CLASS));
-                    }
-                    KeyKind::Header(name)
-                }
-                None => {
+        let key = compile_key(&format!("{p}.key"), &l.key, class_header)?;
+        if key.has_bot() && class == Some(Class::Human) {
+            return Err(err(
+                format!("{p}.key"),
+                "\"bot\" in a limit of class human: human requests name no bot id, so the \
+                 limit would charge nothing",
+            ));
+        }
+        let address_prefix = match (l.ipv4_prefix_len, l.ipv6_prefix_len) {
+            (None, None) => None,
+            (v4, v6) => {
+                if !key.has_client_ip() {
+                    let field = if v4.is_some() { "ipv4" } else { "ipv6" };
                     return Err(err(
-                        format!("{p}.key"),
-                        format!("{k:?}: expected \"client_ip\", \"global\" or \"header:<name>\""),
-                    ))
+                        format!("{p}.{field}_prefix_len"),
+                        "only for a key with a \"client_ip\" part",
+                    ));
                 }
-            },
+                let len = |given: Option<u32>, global: u8, max: u8, field: &str| match given {
+                    None => Ok(global),
+                    Some(n) => u8::try_from(n)
+                        .ok()
+                        .filter(|n| *n <= max)
+                        .ok_or_else(|| err(format!("{p}.{field}"), format!("must be 0..={max}"))),
+                };
+                Some(AddressPrefix {
+                    ipv4_len: len(v4, client_ip.ipv4_prefix_len, 32, "ipv4_prefix_len")?,
+                    ipv6_len: len(v6, client_ip.ipv6_prefix_len, 128, "ipv6_prefix_len")?,
+                })
+            }
         };
         let cost = match &l.cost {
             None => None,
@@ -151,10 +158,73 @@ pub(super) fn compile_limits(
             burst: l.burst,
             rate: Rate::new(l.rate_per_s, l.burst),
             key,
+            address_prefix,
             mode: l.mode.unwrap_or(mode),
             cost,
         });
     }
 
     Ok(limits)
+}
+
+/// Most parts of a compound key.
+pub const MAX_KEY_PARTS: usize = 4;
+
+/// `limits[].key` at `path`: one part, or a compound key of 2..=[`MAX_KEY_PARTS`] distinct
+/// parts, none of them `global` (one bucket for all already). Errors name the part's path
+/// (`limits[0].key[1]`).
+fn compile_key(path: &str, raw: &RawKey, class_header: &str) -> Result<KeyKind, ConfigError> {
+    match raw {
+        RawKey::One(k) => compile_key_part(path, k, class_header),
+        RawKey::Compound(parts) => {
+            if !(2..=MAX_KEY_PARTS).contains(&parts.len()) {
+                return Err(err(
+                    path,
+                    format!(
+                        "a compound key has 2..={MAX_KEY_PARTS} parts, has {} (one part is a string)",
+                        parts.len()
+                    ),
+                ));
+            }
+            let mut out: Vec<KeyKind> = Vec::with_capacity(parts.len());
+            for (i, k) in parts.iter().enumerate() {
+                let at = format!("{path}[{i}]");
+                let part = compile_key_part(&at, k, class_header)?;
+                if part == KeyKind::Global {
+                    return Err(err(
+                        at,
+                        "\"global\" cannot be part of a compound key (it is one bucket for all)",
+                    ));
+                }
+                if out.contains(&part) {
+                    return Err(err(at, format!("{k:?} is already a part of this key")));
+                }
+                out.push(part);
+            }
+            Ok(KeyKind::Compound(out))
+        }
+    }
+}
+
+/// One key part: `client_ip`, `global`, `bot`, `path` or `header:<name>` (a header not
+/// refused, see `headers::KEY_REFUSED`, and not `class_header`).
+fn compile_key_part(path: &str, k: &str, class_header: &str) -> Result<KeyKind, ConfigError> {
+    Ok(match k {
+        "client_ip" => KeyKind::ClientIp,
+        "global" => KeyKind::Global,
+        "bot" => KeyKind::Bot,
+        "path" => KeyKind::Path,
+        k => match k.strip_prefix("header:") {
+            Some(h) => KeyKind::Header(key_header_name(path, h, class_header)?),
+            None => {
+                return Err(err(
+                    path,
+                    format!(
+                        "{k:?}: expected \"client_ip\", \"global\", \"bot\", \"path\", \
+                         \"header:<name>\" or a list of them"
+                    ),
+                ))
+            }
+        },
+    })
 }

@@ -147,26 +147,108 @@ pub struct ClassPolicy {
     pub escalation: Escalation,
 }
 
-/// What a limit's bucket is keyed by.
+/// What a limit's bucket is keyed by (`limits[].key`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyKind {
-    /// The client address, grouped by the configured prefix lengths.
+    /// The client address, grouped by the configured prefix lengths (or the limit's own,
+    /// [`Limit::address_prefix`]).
     ClientIp,
     /// One bucket for every matching request.
     Global,
     /// The value of a request header (lowercase name); a missing header is its own key.
     Header(String),
+    /// The catalog bot id the User-Agent names (`googlebot`, `declared-bot`, `non-browser`):
+    /// one bucket per crawler operator across all its addresses. A request naming none
+    /// (`human`, a blank User-Agent) is not charged.
+    Bot,
+    /// The request path without its query string: one bucket per URL path (a herd of clients
+    /// on one page).
+    Path,
+    /// One bucket per combination of its parts' values: 2..=4 distinct parts, each
+    /// `ClientIp`, `Header`, `Bot` or `Path`.
+    Compound(Vec<KeyKind>),
 }
 
 impl KeyKind {
-    /// Short name for logs: `client_ip`, `global` or `header`.
+    /// Short name for logs: `client_ip`, `global`, `header`, `bot`, `path` or `compound`.
     pub fn kind_str(&self) -> &'static str {
         match self {
             KeyKind::ClientIp => "client_ip",
             KeyKind::Global => "global",
             KeyKind::Header(_) => "header",
+            KeyKind::Bot => "bot",
+            KeyKind::Path => "path",
+            KeyKind::Compound(_) => "compound",
         }
     }
+
+    /// The key's parts: itself, or a compound key's members.
+    pub fn parts(&self) -> &[KeyKind] {
+        match self {
+            KeyKind::Compound(parts) => parts,
+            k => std::slice::from_ref(k),
+        }
+    }
+
+    /// The header a part reads, if it is a `header:<name>` part.
+    pub fn header_name(&self) -> Option<&str> {
+        match self {
+            KeyKind::Header(name) => Some(name),
+            _ => None,
+        }
+    }
+
+    /// Whether a part is the bot id.
+    pub fn has_bot(&self) -> bool {
+        self.parts().contains(&KeyKind::Bot)
+    }
+
+    /// Whether a part is the client address.
+    pub fn has_client_ip(&self) -> bool {
+        self.parts().contains(&KeyKind::ClientIp)
+    }
+
+    /// Whether anyone can name the value of one of its parts for another client's traffic
+    /// (`bot`, `header:user-agent`): in a limit of every class (`"*"`) the class is part of
+    /// the bucket's identity, so spoofed claims (class `spoofed`) never spend the bucket of
+    /// the verified crawler whose User-Agent they copy.
+    pub fn keyed_by_claim(&self) -> bool {
+        self.parts()
+            .iter()
+            .any(|p| matches!(p, KeyKind::Bot) || p.header_name() == Some("user-agent"))
+    }
+}
+
+impl std::fmt::Display for KeyKind {
+    /// The configuration's form: `client_ip`, `global`, `header:<name>`, `bot`, `path`, or a
+    /// compound key's parts joined by ` + `.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyKind::Header(h) => write!(f, "header:{h}"),
+            KeyKind::Compound(parts) => {
+                for (i, p) in parts.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(" + ")?;
+                    }
+                    write!(f, "{p}")?;
+                }
+                Ok(())
+            }
+            k => f.write_str(k.kind_str()),
+        }
+    }
+}
+
+/// A limit's own address prefix (`limits[].ipv4_prefix_len`, `limits[].ipv6_prefix_len`):
+/// its `client_ip` part groups the full client address by these, whatever
+/// `client_ip.ipv4_prefix_len`/`ipv6_prefix_len` say (an IPv4 /24 or an IPv6 /48 for an
+/// aggregate limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressPrefix {
+    /// IPv4 prefix length, bits (0..=32).
+    pub ipv4_len: u8,
+    /// IPv6 prefix length, bits (0..=128).
+    pub ipv6_len: u8,
 }
 
 /// A compiled limit.
@@ -186,10 +268,24 @@ pub struct Limit {
     pub rate: Rate,
     /// Bucket key.
     pub key: KeyKind,
+    /// The limit's own address prefix for its `client_ip` part; `None`: the configured
+    /// `client_ip` prefix lengths.
+    pub address_prefix: Option<AddressPrefix>,
     /// `enforce` or `shadow` for this limit alone (`limits[].mode`, else the global `mode`).
     pub mode: Mode,
     /// Cost-based: reserve tokens at request time, settle from a response header.
     pub cost: Option<Cost>,
+}
+
+impl Limit {
+    /// The key as the README's tables and `crawlguard replay` show it: the key
+    /// ([`KeyKind`]'s form), and a limit's own address prefix after it (`client_ip /24 /48`).
+    pub fn key_label(&self) -> String {
+        match self.address_prefix {
+            None => self.key.to_string(),
+            Some(p) => format!("{} /{} /{}", self.key, p.ipv4_len, p.ipv6_len),
+        }
+    }
 }
 
 /// A cost-based limit (`limits[].cost`): a request reserves `reserve` tokens, and its

@@ -112,11 +112,71 @@ pub(super) struct RawLimit {
     pub(super) route: String,
     pub(super) rate_per_s: f64,
     pub(super) burst: u32,
-    pub(super) key: String,
+    pub(super) key: RawKey,
+    #[serde(default)]
+    pub(super) ipv4_prefix_len: Option<u32>,
+    #[serde(default)]
+    pub(super) ipv6_prefix_len: Option<u32>,
     #[serde(default)]
     pub(super) mode: Option<Mode>,
     #[serde(default)]
     pub(super) cost: Option<RawCost>,
+}
+
+impl RawLimit {
+    /// The key as the README's tables show it, with a limit's own address prefix after it
+    /// (`client_ip /24 /48`; a prefix not given is shown as `-`).
+    pub(super) fn key_label(&self) -> String {
+        let len = |l: Option<u32>| l.map_or("-".to_string(), |l| l.to_string());
+        match (self.ipv4_prefix_len, self.ipv6_prefix_len) {
+            (None, None) => self.key.to_string(),
+            (v4, v6) => format!("{} /{} /{}", self.key, len(v4), len(v6)),
+        }
+    }
+}
+
+/// `limits[].key`: one part (`"client_ip"`), or a compound key's parts (`["bot", "path"]`).
+/// Read by a visitor, not `#[serde(untagged)]`, whose buffering machinery would add about
+/// 20 kB to the filter module.
+#[derive(Debug, Clone)]
+pub(super) enum RawKey {
+    One(String),
+    Compound(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for RawKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
+            type Value = RawKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a key string or a list of key strings")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawKey, E> {
+                Ok(RawKey::One(v.to_string()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<RawKey, A::Error> {
+                let mut parts = Vec::new();
+                while let Some(p) = seq.next_element::<String>()? {
+                    parts.push(p);
+                }
+                Ok(RawKey::Compound(parts))
+            }
+        }
+        d.deserialize_any(KeyVisitor)
+    }
+}
+
+impl std::fmt::Display for RawKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RawKey::One(k) => f.write_str(k),
+            RawKey::Compound(parts) => f.write_str(&parts.join(" + ")),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

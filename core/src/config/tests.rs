@@ -13,7 +13,7 @@ fn parse_err(json: &str) -> String {
 fn empty_document_is_the_embedded_default() {
     let c = parse(b"").expect("default parses");
     assert_eq!(c.mode, Mode::Enforce);
-    assert_eq!(c.limits.len(), 9);
+    assert_eq!(c.limits.len(), 18);
     assert_eq!(c.class_header, "x-crawler-class");
     assert_eq!(
         c.exempt_paths,
@@ -160,7 +160,55 @@ fn errors_name_the_field_path() {
         ),
         (
             one_limit(r#""key":"client_ip""#, r#""key":"cookie""#),
-            Is(r#"limits[0].key: "cookie": expected "client_ip", "global" or "header:<name>""#),
+            Is(r#"limits[0].key: "cookie": expected "client_ip", "global", "bot", "path", "header:<name>" or a list of them"#),
+        ),
+        (
+            one_limit(r#""key":"client_ip""#, r#""key":["client_ip","cookie"]"#),
+            Is(r#"limits[0].key[1]: "cookie": expected "client_ip", "global", "bot", "path", "header:<name>" or a list of them"#),
+        ),
+        (
+            one_limit(r#""key":"client_ip""#, r#""key":["client_ip"]"#),
+            Is("limits[0].key: a compound key has 2..=4 parts, has 1 (one part is a string)"),
+        ),
+        (
+            one_limit(r#""key":"client_ip""#, r#""key":["client_ip","path","bot","header:a","header:b"]"#),
+            Is("limits[0].key: a compound key has 2..=4 parts, has 5 (one part is a string)"),
+        ),
+        (
+            one_limit(r#""key":"client_ip""#, r#""key":["path","global"]"#),
+            Is(r#"limits[0].key[1]: "global" cannot be part of a compound key (it is one bucket for all)"#),
+        ),
+        (
+            one_limit(r#""key":"client_ip""#, r#""key":["header:X-A","header:x-a"]"#),
+            Is(r#"limits[0].key[1]: "header:x-a" is already a part of this key"#),
+        ),
+        (
+            one_limit(r#""key":"client_ip""#, r#""key":["path","header:x-forwarded-for"]"#),
+            Want::StartsWith(r#"limits[0].key[1]: "header:x-forwarded-for" cannot be a limit key: "#),
+        ),
+        (
+            one_limit(r#""key":"client_ip""#, r#""key":7"#),
+            Want::StartsWith("limits[0].key: "),
+        ),
+        (
+            one_limit(r#""class":"*","#, r#""class":"human","#).replace(r#""client_ip""#, r#""bot""#),
+            Is(r#"limits[0].key: "bot" in a limit of class human: human requests name no bot id, so the limit would charge nothing"#),
+        ),
+        (
+            one_limit(r#""key":"client_ip""#, r#""key":"path","ipv4_prefix_len":24"#),
+            Is(r#"limits[0].ipv4_prefix_len: only for a key with a "client_ip" part"#),
+        ),
+        (
+            one_limit(r#""key":"client_ip""#, r#""key":"client_ip","ipv4_prefix_len":33"#),
+            Is("limits[0].ipv4_prefix_len: must be 0..=32"),
+        ),
+        (
+            one_limit(r#""key":"client_ip""#, r#""key":"client_ip","ipv4_prefix_len":300"#),
+            Is("limits[0].ipv4_prefix_len: must be 0..=32"),
+        ),
+        (
+            one_limit(r#""key":"client_ip""#, r#""key":["client_ip","path"],"ipv6_prefix_len":129"#),
+            Is("limits[0].ipv6_prefix_len: must be 0..=128"),
         ),
         (
             r#"{"classes":{"human":{"reject_status":500}}}"#.into(),
@@ -462,7 +510,7 @@ fn a_class_no_enforced_limit_covers_is_warned_about_per_route() {
     let w = |class: &str, default: &str| {
         format!(
             "limits: no enforced limit covers class {class} on route default: its requests \
-             there are never limited (a configuration's own limits replace all 9 defaults; \
+             there are never limited (a configuration's own limits replace all 18 defaults; \
              the default for {class}: {default})"
         )
     };
@@ -471,27 +519,42 @@ fn a_class_no_enforced_limit_covers_is_warned_about_per_route() {
         [
             w(
                 "search_crawler",
-                "search_crawler_per_ip (10/s, burst 50, key client_ip)"
+                "search_crawler_per_ip (10/s, burst 50, key client_ip) and \
+                 search_crawler_per_bot (200/s, burst 2000, key bot)"
             ),
             w(
                 "ai_retriever",
-                "ai_retriever_per_ip (5/s, burst 20, key client_ip)"
+                "ai_retriever_per_ip (5/s, burst 20, key client_ip) and \
+                 ai_retriever_per_bot (50/s, burst 500, key bot)"
             ),
             w(
                 "ai_trainer",
-                "ai_trainer_per_ip (1/s, burst 5, key client_ip)"
+                "ai_trainer_per_ip (1/s, burst 5, key client_ip) and \
+                 ai_trainer_per_bot (5/s, burst 50, key bot)"
             ),
             w(
                 "other_bot",
-                "other_bot_per_ip (1/s, burst 10, key client_ip)"
+                "other_bot_per_ip (1/s, burst 10, key client_ip) and \
+                 other_bot_per_24 (3/s, burst 30, key client_ip /24 /48) and \
+                 other_bot_per_bot (20/s, burst 200, key bot)"
             ),
-            w("script", "script_per_ip (1/s, burst 10, key client_ip)"),
+            w(
+                "script",
+                "script_per_ip (1/s, burst 10, key client_ip) and \
+                 script_per_24 (5/s, burst 50, key client_ip /24 /48)"
+            ),
             w(
                 "unverified_bot",
                 "unverified_bot_per_ip (0.5/s, burst 5, key client_ip) and \
+                 unverified_bot_per_24 (2/s, burst 20, key client_ip /24 /48) and \
                  unverified_bot_global (20/s, burst 100, key global)"
             ),
-            w("spoofed", "spoofed_per_ip (0.1/s, burst 2, key client_ip)"),
+            w(
+                "spoofed",
+                "spoofed_per_ip (0.1/s, burst 2, key client_ip) and \
+                 spoofed_per_24 (0.5/s, burst 5, key client_ip /24 /48) and \
+                 spoofed_global (5/s, burst 50, key global)"
+            ),
         ]
     );
     // No route at all: the class is named without one; a shadow limit protects nothing.
@@ -520,8 +583,9 @@ fn a_class_no_enforced_limit_covers_is_warned_about_per_route() {
         spoofed,
         [
             "limits: no enforced limit covers class spoofed: its requests are never limited (a \
-          configuration's own limits replace all 9 defaults; the default for spoofed: \
-          spoofed_per_ip (0.1/s, burst 2, key client_ip))"
+          configuration's own limits replace all 18 defaults; the default for spoofed: \
+          spoofed_per_ip (0.1/s, burst 2, key client_ip) and spoofed_per_24 (0.5/s, burst 5, \
+          key client_ip /24 /48) and spoofed_global (5/s, burst 50, key global))"
         ]
     );
     assert_eq!(c.warnings.len(), 7, "{:#?}", c.warnings);
@@ -591,17 +655,11 @@ fn a_limit_may_be_keyed_by_user_agent_but_not_by_unsafe_headers() {
     )
     .expect("user-agent is a key");
     assert_eq!(c.limits[0].key, KeyKind::Header("user-agent".into()));
-    // With class "*" a spoofer's requests would share (and escalate) the verified crawler's
-    // bucket of the same User-Agent.
-    assert_eq!(
-        parse(per_ua.as_bytes())
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
-        Err(format!(
-            "limits[0].key: {}",
-            super::limits::USER_AGENT_KEY_NEEDS_A_CLASS
-        ))
-    );
+    // With class "*" too: the class is then part of the bucket's identity, so a spoofer's
+    // requests (class spoofed) never share the verified crawler's bucket.
+    let c = parse(per_ua.as_bytes()).expect("user-agent is a key of every class");
+    assert_eq!(c.limits[0].class, None);
+    assert!(c.limits[0].key.keyed_by_claim());
     let c = parse(one_limit(r#""client_ip""#, r#""header:authorization""#).as_bytes())
         .expect("authorization is a key");
     assert_eq!(c.limits[0].key, KeyKind::Header("authorization".into()));

@@ -89,7 +89,10 @@ pub(super) fn uncovered_classes(limits: &[Limit], routes: &[Route], mode: Mode) 
             .map(|d| {
                 format!(
                     "{} ({}/s, burst {}, key {})",
-                    d.name, d.rate_per_s, d.burst, d.key
+                    d.name,
+                    d.rate_per_s,
+                    d.burst,
+                    d.key_label()
                 )
             })
             .collect();

@@ -16,7 +16,7 @@
 //! Matching works on raw bytes (the header may be any bytes, not UTF-8), ASCII
 //! case-insensitively, and never allocates. Every token (the entries' and the human rule's
 //! browser tokens, forms and anchors) is compiled once into one Aho-Corasick automaton with a
-//! dense transition table over byte classes ([`Dfa`]), so a UA costs one table step per byte
+//! dense transition table over byte classes (`Dfa`), so a UA costs one table step per byte
 //! whatever the catalog's size; the platform sections (a few dozen bytes) go through a second,
 //! small automaton of the platform tokens.
 

@@ -55,6 +55,12 @@ pub fn masked(ip: IpAddr, cfg: &ClientIpConfig) -> IpAddr {
     mask(ip, cfg.ipv4_prefix_len, cfg.ipv6_prefix_len)
 }
 
+/// The address masked to a limit's own prefix lengths (`limits[].ipv4_prefix_len`,
+/// `limits[].ipv6_prefix_len`).
+pub fn masked_to(ip: IpAddr, prefix: crate::config::AddressPrefix) -> IpAddr {
+    mask(ip, prefix.ipv4_len, prefix.ipv6_len)
+}
+
 /// `ip` masked to its first `v4_len` (IPv4) or `v6_len` (IPv6) bits.
 fn mask(ip: IpAddr, v4_len: u8, v6_len: u8) -> IpAddr {
     match ip {

@@ -2,10 +2,49 @@
 //! ([`crate::limits::limiter::Limiter::key`]), and the distinct values of a key header
 //! ([`key_values`]), each of which a request is charged for.
 
+use crate::identity::class::Class;
 use std::net::IpAddr;
 
-/// What a bucket is keyed by, hashed into its fingerprint ([`crate::limits::limiter::Limiter::key`]).
-#[derive(Hash)]
+/// What the limit decision needs to know about a request, derived once from its headers
+/// (`request::Facts`).
+#[derive(Debug, Clone, Copy)]
+pub struct RequestKeys<'a> {
+    /// Route index (see [`crate::config::Config::route_name`]).
+    pub route: usize,
+    /// The client address masked to its prefix (the `client_ip` bucket key); `None` when no
+    /// address parses (all such requests share one bucket per limit).
+    pub client: Option<IpAddr>,
+    /// The full client address: what a limit with its own prefix
+    /// ([`crate::config::Limit::address_prefix`]) masks; `None` when no address parses.
+    pub client_ip: Option<IpAddr>,
+    /// The catalog bot id the User-Agent names (the `bot` key); `None` for `human` and a
+    /// blank User-Agent.
+    pub bot: Option<&'a str>,
+    /// The request path without its query (the `path` key).
+    pub path: &'a [u8],
+    /// Every line of each `header:<name>` key header, by lowercase name.
+    pub key_headers: &'a [(&'a str, Vec<Vec<u8>>)],
+    /// The class is a verified crawler claim's (any class: AdsBot is `other_bot`): it never
+    /// escalates, whatever the class's `escalation.enabled`.
+    pub verified_claim: bool,
+}
+
+impl RequestKeys<'_> {
+    pub(crate) fn header_lines(&self, name: &str) -> &[Vec<u8>] {
+        self.key_headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_slice())
+            .unwrap_or_default()
+    }
+}
+
+/// One part of what a bucket is keyed by, hashed into its fingerprint
+/// ([`crate::limits::limiter::Limiter::key`]); a compound key (`limits[].key` a list) is
+/// several, hashed in order. New variants go last: a variant's position is part of every
+/// fingerprint of that kind (an upgrade that moved one would reset its buckets, and split a
+/// fleet's Redis buckets between versions during a rolling upgrade).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KeyPart<'a> {
     /// A client address prefix.
     Ip(IpAddr),
@@ -19,6 +58,13 @@ pub enum KeyPart<'a> {
     /// [`crate::identity::client_ip::concurrency_prefix`]; `None`: none parsed) under a cost-based
     /// limit, whatever its key ([`crate::limits::limiter::Limiter::take_flight`]).
     FlightsOf(Option<IpAddr>),
+    /// The catalog bot id the User-Agent names (`bot` key).
+    Bot(&'a str),
+    /// The request path without its query (`path` key).
+    Path(&'a [u8]),
+    /// The request's class: part of a `bot` or `header:user-agent` key in a limit of every
+    /// class ([`crate::config::KeyKind::keyed_by_claim`]).
+    Class(Class),
 }
 
 /// Most distinct values of a key header a request may name; each is charged. A request

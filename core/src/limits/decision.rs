@@ -3,7 +3,7 @@
 //! header, [`key_values`]), and what is given back when one rejects. The buckets, their
 //! keys and the store they live in are the [`Limiter`]'s (`limiter.rs`).
 
-use crate::config::{Config, KeyKind, Mode};
+use crate::config::{Config, KeyKind, Limit, Mode};
 use crate::identity::class::Class;
 use crate::identity::client_ip;
 use crate::limits::bucket_key::{key_values, KeyPart, MAX_KEY_VALUES};
@@ -71,7 +71,7 @@ pub fn decide(
             // A shadow limit already rejected: enforcing it would have stopped here.
             continue;
         }
-        let Some(keys) = LimitKeys::of(&limit.key, req) else {
+        let Some(keys) = LimitKeys::of(limit, req, class) else {
             if is_shadow {
                 // Counted, forwarded; the enforced limits still charge it.
                 shadow = Some(Decision::ShadowMalformed { limit: i });
@@ -80,7 +80,10 @@ pub fn decide(
             decision = Decision::Malformed { limit: i };
             break;
         };
-        let keys = keys.as_slice();
+        if matches!(keys, LimitKeys::Skip) {
+            // A `bot` key for a request naming no bot: nothing of this limit to charge.
+            continue;
+        }
         let n = limit.cost.as_ref().map_or(1, |c| c.reserve);
         // A cost-based limit's places in flight belong to the client (its address, an IPv6
         // client's /48, [`client_ip::concurrency_prefix`]), kept in the client's flight state
@@ -90,7 +93,7 @@ pub fn decide(
         let mut flight = None;
         if let Some(c) = &limit.cost {
             let client = req.client.map(client_ip::concurrency_prefix);
-            let fk = limiter.key(&limit.name, &KeyPart::FlightsOf(client));
+            let fk = limiter.key(&limit.name, &[KeyPart::FlightsOf(client)]);
             match limiter.take_flight(store, fk, now_ns, c.max_in_flight, &mut events) {
                 Some(f) => flight = Some(f),
                 None => {
@@ -109,12 +112,17 @@ pub fn decide(
             }
         }
         // Compliance is about a client, an address and a class: tracked in the keys of an
-        // address, never in a header key (the shared "missing" key, or a value any client
-        // can name) or the one global bucket, and not in shadow mode (the client was never
-        // told anything).
-        let track = !is_shadow && matches!(limit.key, KeyKind::ClientIp) && req.client.is_some();
-        for part in keys {
-            let key = limiter.key(&limit.name, part);
+        // address at the configured prefix, never in an aggregate key (a limit's own wider
+        // prefix, a bot, a path: one client ignoring its Retry-After would escalate its
+        // neighbours), a header key (the shared "missing" key, or a value any client can
+        // name) or the one global bucket, and not in shadow mode (the client was never told
+        // anything).
+        let track = !is_shadow
+            && matches!(limit.key, KeyKind::ClientIp)
+            && limit.address_prefix.is_none()
+            && req.client.is_some();
+        for parts in keys.combinations() {
+            let key = limiter.key(&limit.name, parts);
             // Leases: enforced limits only (a shadow limit's tokens are given back when it
             // would have rejected; not worth it), not cost-based ones (checked in charge).
             let rules = KeyRules {
@@ -245,47 +253,120 @@ fn settle(
     reservations
 }
 
-/// The bucket keys one limit charges for a request: one for `client_ip` and `global` (no
-/// allocation), one per distinct value of a key header ([`key_values`]; a request without
-/// the header has the one "missing" key).
+/// The bucket keys one limit charges for a request: one for a one-part key that is not a
+/// header (no allocation), one per distinct value of a key header ([`key_values`]; a
+/// request without the header has the one "missing" key), and for a compound key one per
+/// combination of its parts' values; each key is a run of [`KeyPart`]s.
 enum LimitKeys<'a> {
+    /// Nothing to charge: a `bot` part, and the request names no bot.
+    Skip,
     One(KeyPart<'a>),
-    Many(Vec<KeyPart<'a>>),
+    /// `width` parts per key, keys one after the other.
+    Many {
+        width: usize,
+        parts: Vec<KeyPart<'a>>,
+    },
 }
 
 impl<'a> LimitKeys<'a> {
-    /// The keys of `key` for `req`; `None` when a key header names more than
-    /// [`MAX_KEY_VALUES`] distinct values (the request is malformed).
-    fn of(key: &'a KeyKind, req: &'a RequestKeys<'_>) -> Option<LimitKeys<'a>> {
-        Some(match key {
-            KeyKind::Global => LimitKeys::One(KeyPart::Global),
-            KeyKind::ClientIp => LimitKeys::One(req.client.map_or(KeyPart::UnknownIp, KeyPart::Ip)),
-            KeyKind::Header(name) => {
-                let values = key_values(
-                    req.header_lines(name),
-                    crate::config::key_header_is_list(name),
-                );
-                if values.len() > MAX_KEY_VALUES {
-                    return None;
-                }
-                if values.is_empty() {
-                    LimitKeys::One(KeyPart::Header(None))
-                } else {
-                    LimitKeys::Many(
+    /// The keys of `limit` for `req` of class `class`; `None` when its parts name more than
+    /// [`MAX_KEY_VALUES`] distinct values or combinations (the request is malformed).
+    fn of(limit: &'a Limit, req: &'a RequestKeys<'_>, class: Class) -> Option<LimitKeys<'a>> {
+        // In a limit of every class, a key anyone can copy carries the class too.
+        let with_class = limit.class.is_none() && limit.key.keyed_by_claim();
+        if let (false, [part]) = (with_class, limit.key.parts()) {
+            if part.header_name().is_none() {
+                return Some(match Self::single(part, limit, req) {
+                    Some(k) => LimitKeys::One(k),
+                    None => LimitKeys::Skip,
+                });
+            }
+        }
+        let mut width = 0;
+        let mut parts: Vec<KeyPart<'a>> = Vec::new();
+        for kind in limit.key.parts() {
+            let values: Vec<KeyPart<'a>> = match kind.header_name() {
+                Some(name) => {
+                    let values = key_values(
+                        req.header_lines(name),
+                        crate::config::key_header_is_list(name),
+                    );
+                    if values.len() > MAX_KEY_VALUES {
+                        return None;
+                    }
+                    if values.is_empty() {
+                        vec![KeyPart::Header(None)]
+                    } else {
                         values
                             .into_iter()
                             .map(|v| KeyPart::Header(Some(v)))
-                            .collect(),
-                    )
+                            .collect()
+                    }
                 }
+                None => match Self::single(kind, limit, req) {
+                    Some(k) => vec![k],
+                    None => return Some(LimitKeys::Skip),
+                },
+            };
+            parts = cross(parts, width, &values)?;
+            width += 1;
+        }
+        if with_class {
+            parts = cross(parts, width, &[KeyPart::Class(class)])?;
+            width += 1;
+        }
+        Some(LimitKeys::Many { width, parts })
+    }
+
+    /// The one value of a part that is not a header; `None` for a `bot` part of a request
+    /// naming no bot.
+    fn single(kind: &KeyKind, limit: &Limit, req: &RequestKeys<'a>) -> Option<KeyPart<'a>> {
+        Some(match kind {
+            KeyKind::Global => KeyPart::Global,
+            KeyKind::ClientIp => {
+                let ip = match limit.address_prefix {
+                    Some(p) => req.client_ip.map(|ip| client_ip::masked_to(ip, p)),
+                    None => req.client,
+                };
+                ip.map_or(KeyPart::UnknownIp, KeyPart::Ip)
             }
+            KeyKind::Bot => KeyPart::Bot(req.bot?),
+            KeyKind::Path => KeyPart::Path(req.path),
+            // Headers have many values and compound keys are flattened by `of`: never here.
+            KeyKind::Header(_) | KeyKind::Compound(_) => KeyPart::Global,
         })
     }
 
-    fn as_slice(&self) -> &[KeyPart<'a>] {
+    /// Each key, as its run of parts.
+    fn combinations(&self) -> std::slice::Chunks<'_, KeyPart<'a>> {
         match self {
-            LimitKeys::One(k) => std::slice::from_ref(k),
-            LimitKeys::Many(v) => v,
+            LimitKeys::Skip => [].chunks(1),
+            LimitKeys::One(k) => std::slice::from_ref(k).chunks(1),
+            LimitKeys::Many { width, parts } => parts.chunks((*width).max(1)),
         }
     }
+}
+
+/// Every key of `keys` (runs of `width` parts; none yet when `width` is 0) extended by each
+/// of `values`, in order; `None` past [`MAX_KEY_VALUES`] keys.
+fn cross<'a>(
+    keys: Vec<KeyPart<'a>>,
+    width: usize,
+    values: &[KeyPart<'a>],
+) -> Option<Vec<KeyPart<'a>>> {
+    if width == 0 {
+        return Some(values.to_vec());
+    }
+    let count = (keys.len() / width).saturating_mul(values.len());
+    if count > MAX_KEY_VALUES {
+        return None;
+    }
+    let mut out = Vec::with_capacity(count * (width + 1));
+    for key in keys.chunks(width) {
+        for v in values {
+            out.extend_from_slice(key);
+            out.push(*v);
+        }
+    }
+    Some(out)
 }

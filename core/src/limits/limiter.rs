@@ -30,31 +30,7 @@ mod reservation;
 /// Shared-data key prefix of bucket slots.
 pub const BUCKET_PREFIX: &str = "cg:b:";
 
-/// What the limit decision needs to know about a request, derived once from its headers
-/// (`request::Facts`).
-#[derive(Debug, Clone, Copy)]
-pub struct RequestKeys<'a> {
-    /// Route index (see [`Config::route_name`]).
-    pub route: usize,
-    /// The client address masked to its prefix (the `client_ip` bucket key); `None` when no
-    /// address parses (all such requests share one bucket per limit).
-    pub client: Option<IpAddr>,
-    /// Every line of each `header:<name>` key header, by lowercase name.
-    pub key_headers: &'a [(&'a str, Vec<Vec<u8>>)],
-    /// The class is a verified crawler claim's (any class: AdsBot is `other_bot`): it never
-    /// escalates, whatever the class's `escalation.enabled`.
-    pub verified_claim: bool,
-}
-
-impl RequestKeys<'_> {
-    pub(crate) fn header_lines(&self, name: &str) -> &[Vec<u8>] {
-        self.key_headers
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_slice())
-            .unwrap_or_default()
-    }
-}
+pub use crate::limits::bucket_key::RequestKeys;
 
 /// How a request over a limit is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,7 +194,7 @@ impl Limiter {
     /// show that a secret seed defeats that.
     pub fn client_slots(&self, limit_name: &str, client: IpAddr) -> [usize; CANDIDATES] {
         self.buckets
-            .key_candidates(self.key(limit_name, &KeyPart::Ip(client)).fp)
+            .key_candidates(self.key(limit_name, &[KeyPart::Ip(client)]).fp)
     }
 
     /// The bucket slot table (for pre-creating slots at start).
@@ -252,7 +228,7 @@ impl Limiter {
     /// The state key of one bucket: its fingerprint, and what it shares in the per-worker
     /// fallback when it finds no room there: a client address's group
     /// ([`crate::identity::client_ip::group`]) under the limit, then the limit's overflow value.
-    pub(crate) fn key(&self, limit_name: &str, key: &KeyPart<'_>) -> StateKey {
+    pub(crate) fn key(&self, limit_name: &str, parts: &[KeyPart<'_>]) -> StateKey {
         let mut h = self.hasher.build_hasher();
         // The slot count is part of a bucket's identity: with another `store.slots` every
         // key gets a new fingerprint, so every bucket starts full again, as the load log
@@ -261,16 +237,21 @@ impl Limiter {
         self.buckets.len().hash(&mut h);
         limit_name.hash(&mut h);
         let overflow = h.clone();
-        key.hash(&mut h);
+        // Part by part, no length: a one-part key hashes as it always has (its buckets
+        // survive an upgrade); a limit's parts are the same kinds in the same order for
+        // every request, so no two combinations hash alike by shape.
+        for part in parts {
+            part.hash(&mut h);
+        }
         let mut o = overflow;
         "overflow".hash(&mut o);
         let overflow_fp = o.finish();
         StateKey {
             fp: h.finish(),
-            group_fp: match key {
+            group_fp: parts.iter().find_map(|p| match p {
                 KeyPart::Ip(ip) => Some(crate::identity::client_ip::group_fp(*ip, overflow_fp)),
                 _ => None,
-            },
+            }),
             overflow_fp,
         }
     }
@@ -508,6 +489,8 @@ mod tests {
         path: &'static str,
         remote: String,
         headers: Vec<(&'static str, Vec<Vec<u8>>)>,
+        /// The bot id its User-Agent names.
+        bot: Option<&'static str>,
     }
 
     fn req(path: &'static str, remote: &str) -> TestReq {
@@ -515,6 +498,7 @@ mod tests {
             path,
             remote: remote.to_string(),
             headers: Vec::new(),
+            bot: None,
         }
     }
 
@@ -528,10 +512,13 @@ mod tests {
 
     fn keys<'a>(cfg: &Config, r: &'a TestReq) -> RequestKeys<'a> {
         let path = r.path.split(['?', '#']).next().unwrap_or_default();
+        let ip = client_ip::client_ip(&cfg.client_ip, Some(r.remote.as_bytes()), None);
         RequestKeys {
             route: cfg.route_of(path.as_bytes()),
-            client: client_ip::client_ip(&cfg.client_ip, Some(r.remote.as_bytes()), None)
-                .map(|a| client_ip::masked(a, &cfg.client_ip)),
+            client: ip.map(|a| client_ip::masked(a, &cfg.client_ip)),
+            client_ip: ip,
+            bot: r.bot,
+            path: path.as_bytes(),
             key_headers: &r.headers,
             verified_claim: false,
         }
@@ -879,6 +866,7 @@ mod tests {
             burst: rate.burst,
             rate,
             key: KeyKind::Global,
+            address_prefix: None,
             mode: Mode::Enforce,
             cost: None,
         }

@@ -21,6 +21,11 @@ pub struct Facts {
     pub client_prefix: Option<IpAddr>,
     /// The path (query ignored) is in `exempt_paths`.
     pub exempt: bool,
+    /// `:path` without its query string ([`path_only`]): the `path` key.
+    pub path: Vec<u8>,
+    /// The catalog bot id the User-Agent names (the `bot` key), kept only while the request
+    /// waits for a verdict (a request decided at once borrows it from the classification).
+    pub bot: Option<String>,
     /// The class a verifiable crawler claim asks for (a catalog bot with `verify: true`),
     /// once classified: with `on_error: unverified_bot` (the default) a request that gets
     /// it was verified, and never escalates.
@@ -40,15 +45,18 @@ impl Facts {
     /// Reads the facts of the current request (host calls: `:path`, the downstream
     /// address, and `x-forwarded-for` when configured; only `:path` for an exempt path).
     pub fn read(cfg: &Config, host: &mut dyn Host) -> Facts {
-        let raw_path = host.request_header(":path").unwrap_or_default();
-        let path = path_only(&raw_path);
-        let route = cfg.route_of(path);
+        let mut path = host.request_header(":path").unwrap_or_default();
+        let len = path_only(&path).len();
+        path.truncate(len);
+        let route = cfg.route_of(&path);
         if cfg.exempt_paths.iter().any(|e| e.as_bytes() == path) {
             return Facts {
                 route,
                 client_ip: None,
                 client_prefix: None,
                 exempt: true,
+                path,
+                bot: None,
                 claimed: None,
             };
         }
@@ -63,6 +71,8 @@ impl Facts {
             client_ip,
             client_prefix: client_ip.map(|ip| client_ip::masked(ip, &cfg.client_ip)),
             exempt: false,
+            path,
+            bot: None,
             claimed: None,
         }
     }
