@@ -1,7 +1,7 @@
 //! `crawlguard replay` agrees with the real Envoy: the repository's real access log
 //! (`../shared/data/elastic-apache-logs/apache_logs`, as in `replay.rs`: same lines, same
 //! embedded default configuration, same Envoy with two workers and no reachable verifier,
-//! each original client as its own `127.w.y.z` address, 16 requests in flight) is sent to
+//! each original client as its own `127.w.y.z` address (its /24 one of loopback's, its last byte kept), 16 requests in flight) is sent to
 //! Envoy paced by its timestamps compressed `SPEED` times, and replayed offline by the
 //! cli's replay with `--speed SPEED`. Per class, the rejections agree within 1% of the
 //! class's requests. Envoy's own access log of the run (crawlguard's format from
@@ -34,11 +34,22 @@ struct Line {
     ua: Option<String>,
 }
 
-fn mapped_ip(n: usize) -> Ipv4Addr {
-    let z = 1 + (n % 254) as u8;
-    let y = 1 + ((n / 254) % 254) as u8;
-    let w = 1 + (n / (254 * 254)) as u8;
-    Ipv4Addr::new(127, w, y, z)
+/// The loopback /24 of the `n`th distinct /24 of the log: `127.w.y.0/24`.
+fn mapped_net(n: usize) -> (u8, u8) {
+    let y = 1 + (n % 254) as u8;
+    let w = 1 + (n / 254) as u8;
+    (w, y)
+}
+
+/// A client's loopback address: its /24 mapped to one of loopback's (`mapped_net`, in
+/// first-seen order), its last byte kept, so clients that share a /24 in the log share one
+/// in Envoy too (the default limits' aggregate keys group by /24).
+fn mapped_ip(ip: &str, nets: &mut HashMap<[u8; 3], (u8, u8)>) -> Ipv4Addr {
+    let octets = ip.parse::<Ipv4Addr>().map_or([0; 4], |a| a.octets());
+    let [a, b, c, d] = octets;
+    let n = nets.len();
+    let (w, y) = *nets.entry([a, b, c]).or_insert_with(|| mapped_net(n));
+    Ipv4Addr::new(127, w, y, d)
 }
 
 fn log_path() -> PathBuf {
@@ -75,9 +86,12 @@ async fn replay_agrees_with_envoy_per_class_within_one_percent() {
 
     // The real Envoy, paced by the log's timestamps.
     let mut ip_map: HashMap<String, Ipv4Addr> = HashMap::new();
+    let mut nets = HashMap::new();
     for l in &lines {
-        let n = ip_map.len();
-        ip_map.entry(l.ip.clone()).or_insert_with(|| mapped_ip(n));
+        if !ip_map.contains_key(&l.ip) {
+            let mapped = mapped_ip(&l.ip, &mut nets);
+            ip_map.insert(l.ip.clone(), mapped);
+        }
     }
     let clients: HashMap<Ipv4Addr, reqwest::Client> =
         ip_map.values().map(|&ip| (ip, client(ip))).collect();
