@@ -313,6 +313,13 @@ impl Host for WasmHost {
         get_bytes(|d, s| unsafe { proxy_get_property(PATH.as_ptr(), PATH.len(), d, s) })
     }
 
+    fn downstream_tls(&mut self) -> bool {
+        const PATH: &[u8] = b"connection\0tls_version";
+        // SAFETY: PATH is static; the out-pointers are live locals of get_bytes.
+        get_bytes(|d, s| unsafe { proxy_get_property(PATH.as_ptr(), PATH.len(), d, s) })
+            .is_some_and(|v| !v.is_empty())
+    }
+
     fn response_header(&mut self, name: &str) -> Option<Vec<u8>> {
         map_value(RESPONSE_HEADERS, name)
     }

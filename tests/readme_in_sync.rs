@@ -209,7 +209,7 @@ fn readme_class_policies_and_default_limits_are_the_defaults() {
             limits += 1;
         }
     }
-    assert_eq!(classes, 8);
+    assert_eq!(classes, 9);
     assert_eq!(limits, cfg.limits.len());
 }
 

@@ -1144,39 +1144,60 @@ const ALLOW_LAYOUT: &str = r#"{"limits":[
 /// crossing in the module; counters make none (they are flushed on the root tick), the
 /// class header is set with one replace call, and while both buckets are far from empty the
 /// worker spends leased tokens: one read + one compare-and-swap write per limit once every
-/// 17 requests (1 charged + a lease of 16), none in between.
+/// 17 requests (1 charged + a lease of 16), none in between. A Chrome User-Agent adds the
+/// browser checks: its fetch metadata header, missing here, and then the TLS attribute
+/// (plain HTTP: no check can fail, and the client hints check reads nothing more).
 #[test]
 fn the_allow_path_makes_six_host_calls_and_a_shared_round_trip_every_17_requests() {
-    let mut p = FakeProxy::new(ALLOW_LAYOUT, T0);
-    // A first request puts both buckets in their slots and takes the first leases.
-    let (ctx, _) = p.get("/page", CHROME, G);
-    p.respond(ctx, &[(":status", "200")], false);
-    p.host.host_calls.clear();
-    p.host.store.calls.set(0);
-    let (ctx, step) = p.get("/page", CHROME, G);
-    assert_eq!(step, Step::Continue);
-    p.respond(ctx, &[(":status", "200")], false);
-    assert_eq!(
-        p.host.host_calls,
-        [
-            "get request header :path",
-            "get property source.address",
-            "get request header user-agent",
-            "now",
-            "replace request header x-crawler-class",
-            "get response header :status",
-        ]
-    );
-    // Requests 2..=35: leases run out at requests 18 and 35, each time one read and one
-    // write per limit.
-    assert_eq!(p.host.store.calls.get(), 0);
-    for _ in 3..=35 {
+    for (checks, extra) in [
+        (
+            "",
+            &[
+                "get request header sec-fetch-site",
+                "get property connection.tls_version",
+            ][..],
+        ),
+        (
+            r#","browser_checks":{"fetch_metadata":"off","client_hints":"off"}"#,
+            &[][..],
+        ),
+    ] {
+        let layout = ALLOW_LAYOUT.replacen("]}", &format!("]{checks}}}"), 1);
+        let mut p = FakeProxy::new(&layout, T0);
+        // A first request puts both buckets in their slots and takes the first leases.
+        let (ctx, _) = p.get("/page", CHROME, G);
+        p.respond(ctx, &[(":status", "200")], false);
+        p.host.host_calls.clear();
+        p.host.store.calls.set(0);
         let (ctx, step) = p.get("/page", CHROME, G);
         assert_eq!(step, Step::Continue);
         p.respond(ctx, &[(":status", "200")], false);
+        let want: Vec<&str> = [
+            &[
+                "get request header :path",
+                "get property source.address",
+                "get request header user-agent",
+            ][..],
+            extra,
+            &[
+                "now",
+                "replace request header x-crawler-class",
+                "get response header :status",
+            ][..],
+        ]
+        .concat();
+        assert_eq!(p.host.host_calls, want, "{layout}");
+        // Requests 2..=35: leases run out at requests 18 and 35, each time one read and one
+        // write per limit.
+        assert_eq!(p.host.store.calls.get(), 0);
+        for _ in 3..=35 {
+            let (ctx, step) = p.get("/page", CHROME, G);
+            assert_eq!(step, Step::Continue);
+            p.respond(ctx, &[(":status", "200")], false);
+        }
+        assert_eq!(p.host.store.calls.get(), 2 * 4);
+        assert_eq!(p.counter("crawlguard.class.human.allowed"), 35);
     }
-    assert_eq!(p.host.store.calls.get(), 2 * 4);
-    assert_eq!(p.counter("crawlguard.class.human.allowed"), 35);
 }
 
 /// Leases never admit more than the shared bucket holds: two workers of one Envoy take

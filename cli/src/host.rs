@@ -167,6 +167,11 @@ impl Host for ReplayHost {
         self.req.downstream.clone()
     }
 
+    fn downstream_tls(&mut self) -> bool {
+        // An access log does not say; the browser checks that need TLS are not replayed.
+        false
+    }
+
     fn response_header(&mut self, name: &str) -> Option<Vec<u8>> {
         (name == ":status").then(|| self.req.status.clone())
     }

@@ -46,6 +46,7 @@ fn color(c: Class) -> RGBColor {
         Class::Human => RGBColor(44, 160, 44),
         Class::UnverifiedBot => RGBColor(188, 189, 34),
         Class::Spoofed => RGBColor(214, 39, 40),
+        Class::SuspectBrowser => RGBColor(227, 119, 194),
     }
 }
 

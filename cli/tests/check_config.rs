@@ -77,7 +77,7 @@ fn every_shipped_example_and_istio_file() {
     assert_eq!(
         text(&out.stdout).trim_end(),
         format!(
-            "{}: WasmPlugin crawlguard (spec.pluginConfig): ok (mode enforce, 18 limits, 0 routes, \
+            "{}: WasmPlugin crawlguard (spec.pluginConfig): ok (mode enforce, 20 limits, 0 routes, \
              161 bots, 65536 bucket slots, verifier cluster \
              \"outbound|9090||crawlguard-sidecar.crawlguard-system.svc.cluster.local\")",
             root().join("envoy/istio/wasmplugin.yaml").display()
@@ -95,7 +95,7 @@ fn envoy_yaml_and_the_embedded_default() {
         let out = check(&[root().join(f).to_str().expect("path")]);
         assert_eq!(out.status.code(), Some(0), "{f}: {}", text(&out.stderr));
         assert!(
-            text(&out.stdout).contains("ok (mode enforce, 18 limits"),
+            text(&out.stdout).contains("ok (mode enforce, 20 limits"),
             "{f}"
         );
     }
@@ -170,7 +170,7 @@ fn invalid_configurations_exit_1_with_the_filters_message() {
         text(&out.stderr)
     );
     assert!(text(&out.stdout)
-        .contains("api-route.json: configuration: ok (mode enforce, 20 limits, 1 routes"));
+        .contains("api-route.json: configuration: ok (mode enforce, 22 limits, 1 routes"));
     let out = check(&["/nonexistent.json"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("/nonexistent.json"));
@@ -233,7 +233,7 @@ fn a_class_left_unlimited_and_robots_txt_not_exempt_are_warned_about() {
         format!(
             "-: configuration: configuration warning: limits: no enforced limit covers class \
              {class} on route default: its requests there are never limited (a configuration's \
-             own limits replace all 18 defaults; the default for {class}: {default})"
+             own limits replace all 20 defaults; the default for {class}: {default})"
         )
     };
     assert_eq!(
@@ -260,8 +260,7 @@ fn a_class_left_unlimited_and_robots_txt_not_exempt_are_warned_about() {
             w(
                 "other_bot",
                 "other_bot_per_ip (1/s, burst 10, key client_ip) and \
-                 other_bot_per_24 (3/s, burst 30, key client_ip /24 /48) and \
-                 other_bot_per_bot (20/s, burst 200, key bot)"
+                 other_bot_per_24 (3/s, burst 30, key client_ip /24 /48)"
             ),
             w(
                 "script",
@@ -279,6 +278,12 @@ fn a_class_left_unlimited_and_robots_txt_not_exempt_are_warned_about() {
                 "spoofed_per_ip (0.1/s, burst 2, key client_ip) and \
                  spoofed_per_24 (0.5/s, burst 5, key client_ip /24 /48) and \
                  spoofed_global (5/s, burst 50, key global)"
+            ),
+            w(
+                "suspect_browser",
+                "suspect_browser_per_ip (2/s, burst 40, key client_ip) and \
+                 suspect_browser_per_24 (5/s, burst 100, key client_ip /24 /48) and \
+                 suspect_browser_global (50/s, burst 500, key global)"
             ),
             "-: configuration: configuration warning: exempt_paths: \"/robots.txt\" is not \
              exempt: crawlers fetching it are limited like any page, and a crawler refused its \

@@ -103,7 +103,6 @@ fn default_configuration_in_real_time_without_verification() {
     // The aggregate defaults: one /24 of other_bot clients takes more than its share.
     assert_eq!(limit(&j, "other_bot_per_ip"), (1_368, 55));
     assert_eq!(limit(&j, "other_bot_per_24"), (1_368, 8));
-    assert_eq!(limit(&j, "other_bot_per_bot"), (1_368, 0));
     assert_eq!(
         j["routes"],
         serde_json::json!([{"route": "default", "admitted": 9_473, "rejected": 345,

@@ -19,6 +19,7 @@
 //! [`is_range_url`]), `markdown` (the README's generated tables, [`begin_marker`],
 //! [`end_marker`]).
 
+mod browser_checks;
 mod markdown;
 mod validate;
 
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
+pub use browser_checks::{BrowserCheck, BrowserVersion};
 pub use markdown::{begin_marker, end_marker};
 pub use validate::is_range_url;
 
@@ -189,6 +191,10 @@ pub struct Catalog {
     pub sources: BTreeMap<String, Source>,
     /// Who is `human`, for User-Agents no bot matches.
     pub human: HumanRule,
+    /// What a current browser always sends: a `human` request without it is
+    /// `suspect_browser`.
+    #[serde(default)]
+    pub browser_checks: Vec<BrowserCheck>,
     /// The bots, in match order.
     pub bots: Vec<Bot>,
 }

@@ -74,6 +74,9 @@ pub trait Host {
     fn set_request_header(&mut self, name: &str, value: Option<&[u8]>);
     /// The downstream address as Envoy reports it (`source.address`, e.g. `1.2.3.4:5678`).
     fn downstream_address(&mut self) -> Option<Vec<u8>>;
+    /// Whether the downstream connection is TLS (Envoy's `connection.tls_version` attribute
+    /// is set): what the browser checks' `secure_only` needs.
+    fn downstream_tls(&mut self) -> bool;
     /// The first value of response header `name` (lowercase), or `:status`.
     fn response_header(&mut self, name: &str) -> Option<Vec<u8>>;
     /// Every line of response header `name`, in order.

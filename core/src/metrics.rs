@@ -10,6 +10,8 @@
 //!   one) the Retry-After their key was given, and rejections made longer by escalation
 //!   (`escalated`);
 //! - `crawlguard.exempt`: exempt paths (decided before any classification);
+//! - `crawlguard.browser_check.<id>.inconsistent`: `human` requests that failed a browser
+//!   check of the catalog (enforced: class `suspect_browser`; shadow mode: still `human`);
 //! - `crawlguard.stats.flushes`: flushes of the counters below (see [`CounterBuffer`]);
 //! - `crawlguard.route.<route>.limited` (enforced and shadow);
 //! - `crawlguard.store.<event>`, event in [`STORE_EVENTS`]: shared-store trouble, each of
@@ -267,6 +269,8 @@ pub struct Metrics {
     verify: [Id; VerifyEvent::ALL.len()],
     rewrite_fix: [Id; REWRITE_FIXES.len()],
     rewrite_status: Vec<(u16, Id)>,
+    /// `crawlguard.browser_check.<id>.inconsistent`, per catalog browser check.
+    browser_check: Vec<Id>,
     /// Per route (shedding only).
     pub route_gauges: Vec<RouteGauges>,
     /// Fleet mode only.
@@ -340,6 +344,10 @@ impl Metrics {
             };
         }
         m.exempt = define("crawlguard.exempt");
+        m.browser_check = crate::identity::catalog::builtin_browser_checks()
+            .iter()
+            .map(|c| define(&format!("crawlguard.browser_check.{}.inconsistent", c.id)))
+            .collect();
         m.route_limited = (0..=cfg.routes.len())
             .map(|i| define(&format!("crawlguard.route.{}.limited", cfg.route_name(i))))
             .collect();
@@ -358,6 +366,19 @@ impl Metrics {
             .collect();
         m.flushes = define("crawlguard.stats.flushes");
         m
+    }
+
+    /// Counts the browser checks a `human` request failed (bit `i`: check `i`), in
+    /// `enforce` or `shadow` mode.
+    pub fn record_browser_checks(&self, failed: u32, inc: &mut dyn FnMut(u32)) {
+        if failed == 0 {
+            return;
+        }
+        for (i, id) in self.browser_check.iter().enumerate() {
+            if u32::try_from(i).is_ok_and(|i| failed & 1u32.checked_shl(i).unwrap_or(0) != 0) {
+                bump(*id, inc);
+            }
+        }
     }
 
     /// Counts a shed request of class `class` (`shadow`: counted, not shed).
@@ -520,13 +541,17 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 8 * 10 + 1 + 2 + 4 + 14 + 5 + 2 + 1);
+        assert_eq!(n.len(), 9 * 10 + 1 + 2 + 4 + 14 + 5 + 2 + 1 + 2);
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
         assert_eq!(n[4], "crawlguard.class.search_crawler.malformed");
         assert_eq!(n[5], "crawlguard.class.search_crawler.retry_after_ignored");
-        assert_eq!(n[80], "crawlguard.exempt");
-        assert_eq!(n[81], "crawlguard.route.api.limited");
-        assert_eq!(n[82], "crawlguard.route.default.limited");
+        assert_eq!(n[90], "crawlguard.exempt");
+        assert_eq!(
+            n[91],
+            "crawlguard.browser_check.fetch_metadata.inconsistent"
+        );
+        assert_eq!(n[93], "crawlguard.route.api.limited");
+        assert_eq!(n[94], "crawlguard.route.default.limited");
         assert_eq!(
             n.get(n.len() - 2).map(String::as_str),
             Some("crawlguard.rewrite.status_503")

@@ -16,6 +16,7 @@
 
 use crate::config::{Config, KeyKind};
 use crate::host::{ContextId, Host, LocalReply};
+use crate::identity::browser_checks;
 use crate::identity::class::Class;
 use crate::identity::verification::{VerificationState, VerifyParts};
 use crate::identity::verifier_flights::Waiter;
@@ -187,6 +188,13 @@ impl RequestState {
                     }
                 }
             }
+            _ if c.class == Class::Human => {
+                // A browser claim: checked like a crawler claim, by what the browser sends.
+                let judged = browser_checks::judge(cfg, host, ua.as_deref().unwrap_or_default());
+                w.metrics
+                    .record_browser_checks(judged.failed, &mut |id| host.increment(id));
+                judged.class()
+            }
             _ => c.class,
         };
         let bot = c.bot.map(|b| b.id.as_str());
@@ -343,7 +351,7 @@ impl RequestState {
             class.as_str(),
             cfg.route_name(route),
             limit.map_or("?", |l| l.name.as_str()),
-            limit.map_or("?", |l| l.key.kind_str()),
+            limit.map_or_else(|| "?".to_string(), |l| l.key_label()),
             r.retry_after_s,
             r.status
         );

@@ -1216,7 +1216,7 @@ fn borrow(h: &[(Vec<u8>, Vec<u8>)]) -> Vec<(&[u8], &[u8])> {
         .collect()
 }
 
-const CLASSES: [&str; 8] = [
+const CLASSES: [&str; 9] = [
     "search_crawler",
     "ai_retriever",
     "ai_trainer",
@@ -1225,6 +1225,7 @@ const CLASSES: [&str; 8] = [
     "human",
     "unverified_bot",
     "spoofed",
+    "suspect_browser",
 ];
 
 #[tokio::test]

@@ -39,6 +39,8 @@ pub struct FakeRequest {
     pub response_headers: Vec<(String, Vec<u8>)>,
     /// `source.address`.
     pub downstream: Option<Vec<u8>>,
+    /// `connection.tls_version` is set: the request came over TLS.
+    pub tls: bool,
     /// The local reply, once sent.
     pub reply: Option<SentReply>,
     /// How many times it was resumed.
@@ -194,6 +196,12 @@ impl Host for FakeHost {
     fn downstream_address(&mut self) -> Option<Vec<u8>> {
         self.host_calls.push("get property source.address".into());
         self.cur().and_then(|r| r.downstream.clone())
+    }
+
+    fn downstream_tls(&mut self) -> bool {
+        self.host_calls
+            .push("get property connection.tls_version".into());
+        self.cur().is_some_and(|r| r.tls)
     }
 
     fn response_header(&mut self, name: &str) -> Option<Vec<u8>> {

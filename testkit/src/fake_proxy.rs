@@ -22,6 +22,8 @@ pub struct FakeProxy {
     pub host: FakeHost,
     /// The worker.
     pub worker: Rc<Worker>,
+    /// Requests started from now on come over TLS (`connection.tls_version` set).
+    pub tls: bool,
     states: HashMap<ContextId, Rc<RefCell<RequestState>>>,
     next_context: ContextId,
 }
@@ -64,6 +66,7 @@ impl FakeProxy {
         FakeProxy {
             host,
             worker: Rc::new(worker),
+            tls: false,
             states: HashMap::new(),
             next_context: ROOT + 1,
         }
@@ -83,6 +86,7 @@ impl FakeProxy {
                     .map(|(k, v)| ((*k).to_string(), v.as_bytes().to_vec()))
                     .collect(),
                 downstream: Some(downstream.as_bytes().to_vec()),
+                tls: self.tls,
                 ..FakeRequest::default()
             },
         );

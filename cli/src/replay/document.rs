@@ -146,7 +146,13 @@ impl Replay {
             header_keyed_limits: cfg
                 .limits
                 .iter()
-                .filter(|l| l.key.parts().iter().any(|p| p.header_name().is_some()))
+                .filter(|l| {
+                    // The log carries the User-Agent; every other header is missing.
+                    l.key
+                        .parts()
+                        .iter()
+                        .any(|p| p.header_name().is_some_and(|h| h != "user-agent"))
+                })
                 .map(|l| l.name.clone())
                 .collect(),
             cost_limits: cfg

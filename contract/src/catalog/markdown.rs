@@ -106,7 +106,7 @@ impl Catalog {
     /// The README's generated blocks, `(name, block)`: each table between its two marker
     /// lines, `<!-- BEGIN <name>: generated from contract/catalog/bots.json -->` and
     /// `<!-- END <name> -->`.
-    pub fn readme_blocks(&self) -> [(&'static str, String); 3] {
+    pub fn readme_blocks(&self) -> [(&'static str, String); 4] {
         let block = |name: &str, table: String| {
             format!("{}\n{table}{}", begin_marker(name), end_marker(name))
         };
@@ -119,6 +119,10 @@ impl Catalog {
             (
                 "human rule",
                 block("human rule", self.markdown_human_rule()),
+            ),
+            (
+                "browser checks",
+                block("browser checks", self.markdown_browser_checks()),
             ),
         ]
     }

@@ -90,9 +90,12 @@ impl Catalog {
         }
         self.validate_human(&ids)?;
         cited.insert(self.human.source.as_str());
+        cited.extend(self.validate_browser_checks()?);
         for (key, s) in &self.sources {
             if !cited.contains(key.as_str()) {
-                return Err(CatalogError(format!("sources.{key}: cited by no bot")));
+                return Err(CatalogError(format!(
+                    "sources.{key}: cited by no bot, rule or check"
+                )));
             }
             if s.name.trim().is_empty()
                 || !(s.url.starts_with("https://") || s.url.starts_with("http://"))

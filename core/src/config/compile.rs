@@ -8,8 +8,9 @@ use super::limits::compile_limits;
 use super::raw::{RawConfig, RawShedding};
 use super::warnings;
 use super::{
-    defaults, err, is_name, ClientIpConfig, Config, ConfigError, FleetConfig, Mode, RetryAfter,
-    RewriteConfig, Route, ShedThresholds, Shedding, StoreConfig, VerifierConfig, DEFAULT_ROUTE,
+    defaults, err, is_name, BrowserCheckMode, BrowserChecks, ClientIpConfig, Config, ConfigError,
+    FleetConfig, Mode, RetryAfter, RewriteConfig, Route, ShedThresholds, Shedding, StoreConfig,
+    VerifierConfig, DEFAULT_ROUTE,
 };
 use std::collections::HashSet;
 
@@ -57,12 +58,14 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         ));
     }
     let shedding = compile_shedding(&raw.shedding, &raw.routes, raw.mode)?;
+    let browser_checks = compile_browser_checks(&raw.browser_checks)?;
     compile_rewrite(&raw.rewrite, &shedding.retry_after)?;
     let degraded = match &raw.degraded {
         None => None,
         Some(h) => Some(header_name("degraded", h)?),
     };
     Ok(Config {
+        browser_checks,
         mode: raw.mode,
         client_ip,
         classifier,
@@ -393,5 +396,27 @@ fn compile_shedding(
         min_clients,
         order,
         retry_after,
+    })
+}
+
+/// `browser_checks`: a mode per catalog check id; an id the catalog lacks is refused.
+fn compile_browser_checks(
+    raw: &std::collections::BTreeMap<String, BrowserCheckMode>,
+) -> Result<BrowserChecks, ConfigError> {
+    let checks = crate::identity::catalog::builtin_browser_checks();
+    for id in raw.keys() {
+        if !checks.iter().any(|c| c.id == id) {
+            let known: Vec<&str> = checks.iter().map(|c| c.id).collect();
+            return Err(err(
+                format!("browser_checks.{id}"),
+                format!("unknown check (the catalog has {})", known.join(", ")),
+            ));
+        }
+    }
+    Ok(BrowserChecks {
+        modes: checks
+            .iter()
+            .map(|c| raw.get(c.id).copied().unwrap_or_default())
+            .collect(),
     })
 }

@@ -28,6 +28,8 @@ pub(super) fn default_policy(class: Class) -> ClassPolicy {
         Class::Human => (1, 60, 2),
         Class::Script => (1, 300, 10),
         Class::AiTrainer | Class::OtherBot | Class::UnverifiedBot => (5, 600, 30),
+        // Maybe a person whose browser a check misjudged: short waits, like a human's.
+        Class::SuspectBrowser => (1, 120, 5),
         Class::Spoofed => (60, 3600, 120),
     };
     ClassPolicy {
@@ -41,7 +43,7 @@ pub(super) fn default_policy(class: Class) -> ClassPolicy {
         // for humans and crawlers.
         escalation: escalation(matches!(
             class,
-            Class::Spoofed | Class::UnverifiedBot | Class::Script
+            Class::Spoofed | Class::UnverifiedBot | Class::Script | Class::SuspectBrowser
         )),
     }
 }
@@ -94,7 +96,6 @@ pub(super) fn default_limits() -> Vec<RawLimit> {
         l("ai_trainer_per_bot", "ai_trainer", 5.0, 50, "bot"),
         l("other_bot_per_ip", "other_bot", 1.0, 10, "client_ip"),
         per_24("other_bot_per_24", "other_bot", 3.0, 30),
-        l("other_bot_per_bot", "other_bot", 20.0, 200, "bot"),
         l(
             "unverified_bot_per_ip",
             "unverified_bot",
@@ -113,6 +114,23 @@ pub(super) fn default_limits() -> Vec<RawLimit> {
         l("spoofed_per_ip", "spoofed", 0.1, 2, "client_ip"),
         per_24("spoofed_per_24", "spoofed", 0.5, 5),
         l("spoofed_global", "spoofed", 5.0, 50, "global"),
+        // A browser claim that failed a check: a page's worth per address (a person a check
+        // misjudged still loads pages), and a network's and everyone's share together.
+        l(
+            "suspect_browser_per_ip",
+            "suspect_browser",
+            2.0,
+            40,
+            "client_ip",
+        ),
+        per_24("suspect_browser_per_24", "suspect_browser", 5.0, 100),
+        l(
+            "suspect_browser_global",
+            "suspect_browser",
+            50.0,
+            500,
+            "global",
+        ),
     ]
 }
 
@@ -230,12 +248,14 @@ pub(super) mod shedding {
         max_s: 60,
         jitter_s: 15,
     };
-    /// `shedding.order`: failed and unverifiable claims first, then AI training, scripts,
-    /// other bots, AI retrievers and humans; verified search crawlers never by default.
-    pub const ORDER: [Class; 7] = [
+    /// `shedding.order`: failed and unverifiable claims first, then AI training, browser
+    /// claims that failed a check, scripts, other bots, AI retrievers and humans; verified
+    /// search crawlers never by default.
+    pub const ORDER: [Class; 8] = [
         Class::Spoofed,
         Class::UnverifiedBot,
         Class::AiTrainer,
+        Class::SuspectBrowser,
         Class::Script,
         Class::OtherBot,
         Class::AiRetriever,

@@ -32,8 +32,8 @@ use error::err;
 pub use error::{ConfigError, MAX_ERROR_PART_BYTES};
 pub use headers::{key_header_is_list, KEY_REFUSED};
 pub use sections::{
-    DegradedShare, FleetConfig, OnError, RewriteConfig, ShedThresholds, Shedding, StoreConfig,
-    VerifierConfig,
+    BrowserCheckMode, BrowserChecks, DegradedShare, FleetConfig, OnError, RewriteConfig,
+    ShedThresholds, Shedding, StoreConfig, VerifierConfig,
 };
 
 /// The embedded default configuration (also shipped as `envoy/crawlguard.default.json`).
@@ -360,6 +360,8 @@ pub struct Config {
     pub rewrite: RewriteConfig,
     /// Class-priority load shedding.
     pub shedding: Shedding,
+    /// `browser_checks`: each catalog browser check's mode.
+    pub browser_checks: BrowserChecks,
     /// Lowercase response header the origin sets on degraded pages; such a 200 becomes a 503
     /// for crawler classes (soft-404 guard). `None` = off.
     pub degraded: Option<String>,

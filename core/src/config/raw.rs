@@ -2,7 +2,8 @@
 //! from `defaults.rs`), unknown fields refused. `compile.rs` turns it into [`super::Config`].
 
 use super::{
-    BotsMode, ClientIpConfig, FleetConfig, Mode, RewriteConfig, Route, StoreConfig, VerifierConfig,
+    BotsMode, BrowserCheckMode, ClientIpConfig, FleetConfig, Mode, RewriteConfig, Route,
+    StoreConfig, VerifierConfig,
 };
 use crate::identity::catalog::BotEntry;
 use crate::identity::class::Class;
@@ -76,6 +77,8 @@ pub(super) struct RawConfig {
     pub(super) degraded: Option<String>,
     #[serde(default)]
     pub(super) shedding: RawShedding,
+    #[serde(default, deserialize_with = "unique_keys")]
+    pub(super) browser_checks: BTreeMap<String, BrowserCheckMode>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -1,5 +1,5 @@
-//! The types of the `store`, `verifier`, `fleet`, `rewrite` and `shedding` sections, as
-//! validated (re-exported by [`crate::config`]).
+//! The types of the `store`, `verifier`, `fleet`, `rewrite`, `shedding` and
+//! `browser_checks` sections, as validated (re-exported by [`crate::config`]).
 
 use super::{Mode, RetryAfter};
 use crate::identity::class::Class;
@@ -181,5 +181,34 @@ impl Shedding {
     /// Position of `class` in the shed order (`None`: never shed).
     pub fn rank_of(&self, class: Class) -> Option<usize> {
         self.order.iter().position(|c| *c == class)
+    }
+}
+
+/// What one browser check does (`browser_checks.<id>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BrowserCheckMode {
+    /// A `human` request that fails it is `suspect_browser` (and counted).
+    #[default]
+    Enforce,
+    /// Counted only (`crawlguard.browser_check.<id>.inconsistent`): the request stays `human`.
+    Shadow,
+    /// Not run.
+    Off,
+}
+
+/// `browser_checks`: the mode of each of the catalog's browser checks
+/// ([`crate::identity::catalog::builtin_browser_checks`], same order); `enforce`
+/// unless configured.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BrowserChecks {
+    /// Per check, by index; a missing entry is `enforce`.
+    pub modes: Vec<BrowserCheckMode>,
+}
+
+impl BrowserChecks {
+    /// The mode of check `i`.
+    pub fn mode(&self, i: usize) -> BrowserCheckMode {
+        self.modes.get(i).copied().unwrap_or_default()
     }
 }

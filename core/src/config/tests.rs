@@ -13,7 +13,7 @@ fn parse_err(json: &str) -> String {
 fn empty_document_is_the_embedded_default() {
     let c = parse(b"").expect("default parses");
     assert_eq!(c.mode, Mode::Enforce);
-    assert_eq!(c.limits.len(), 18);
+    assert_eq!(c.limits.len(), 20);
     assert_eq!(c.class_header, "x-crawler-class");
     assert_eq!(
         c.exempt_paths,
@@ -510,7 +510,7 @@ fn a_class_no_enforced_limit_covers_is_warned_about_per_route() {
     let w = |class: &str, default: &str| {
         format!(
             "limits: no enforced limit covers class {class} on route default: its requests \
-             there are never limited (a configuration's own limits replace all 18 defaults; \
+             there are never limited (a configuration's own limits replace all 20 defaults; \
              the default for {class}: {default})"
         )
     };
@@ -535,8 +535,7 @@ fn a_class_no_enforced_limit_covers_is_warned_about_per_route() {
             w(
                 "other_bot",
                 "other_bot_per_ip (1/s, burst 10, key client_ip) and \
-                 other_bot_per_24 (3/s, burst 30, key client_ip /24 /48) and \
-                 other_bot_per_bot (20/s, burst 200, key bot)"
+                 other_bot_per_24 (3/s, burst 30, key client_ip /24 /48)"
             ),
             w(
                 "script",
@@ -554,6 +553,12 @@ fn a_class_no_enforced_limit_covers_is_warned_about_per_route() {
                 "spoofed_per_ip (0.1/s, burst 2, key client_ip) and \
                  spoofed_per_24 (0.5/s, burst 5, key client_ip /24 /48) and \
                  spoofed_global (5/s, burst 50, key global)"
+            ),
+            w(
+                "suspect_browser",
+                "suspect_browser_per_ip (2/s, burst 40, key client_ip) and \
+                 suspect_browser_per_24 (5/s, burst 100, key client_ip /24 /48) and \
+                 suspect_browser_global (50/s, burst 500, key global)"
             ),
         ]
     );
@@ -583,12 +588,12 @@ fn a_class_no_enforced_limit_covers_is_warned_about_per_route() {
         spoofed,
         [
             "limits: no enforced limit covers class spoofed: its requests are never limited (a \
-          configuration's own limits replace all 18 defaults; the default for spoofed: \
+          configuration's own limits replace all 20 defaults; the default for spoofed: \
           spoofed_per_ip (0.1/s, burst 2, key client_ip) and spoofed_per_24 (0.5/s, burst 5, \
           key client_ip /24 /48) and spoofed_global (5/s, burst 50, key global))"
         ]
     );
-    assert_eq!(c.warnings.len(), 7, "{:#?}", c.warnings);
+    assert_eq!(c.warnings.len(), 8, "{:#?}", c.warnings);
     // Global shadow mode: the whole configuration is a trial, its limits count.
     let c = parse(
         br#"{"mode":"shadow","limits":[

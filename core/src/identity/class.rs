@@ -27,11 +27,15 @@ pub enum Class {
     UnverifiedBot,
     /// A crawler UA whose claim was checked and failed (set by the verifier path).
     Spoofed,
+    /// A browser User-Agent whose request is not what that browser sends: a browser check
+    /// of the catalog (`browser_checks`, e.g. a current Chrome over TLS without fetch
+    /// metadata) failed. Library clients that copy a browser's User-Agent land here.
+    SuspectBrowser,
 }
 
 impl Class {
     /// How many classes there are: the length of every per-class table.
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
 
     /// Every class, in a fixed order (used to pre-define stats).
     pub const ALL: [Class; Class::COUNT] = [
@@ -43,6 +47,7 @@ impl Class {
         Class::Human,
         Class::UnverifiedBot,
         Class::Spoofed,
+        Class::SuspectBrowser,
     ];
 
     /// The snake_case name, as used in config, stats and the class header.
@@ -57,6 +62,7 @@ impl Class {
             Class::Human => "human",
             Class::UnverifiedBot => "unverified_bot",
             Class::Spoofed => "spoofed",
+            Class::SuspectBrowser => "suspect_browser",
         }
     }
 

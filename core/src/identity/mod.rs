@@ -3,6 +3,7 @@
 //! ([`verification`]: [`published_ranges`], the [`verdict_cache`], callouts in
 //! [`verifier_flights`], the sidecar's answers read by [`verifier_answer`]).
 
+pub mod browser_checks;
 pub mod catalog;
 pub mod class;
 pub mod classify;
