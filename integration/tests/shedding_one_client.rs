@@ -181,7 +181,7 @@ async fn one_clients_slow_urls_or_500s_shed_nobody_and_real_trouble_still_sheds_
     let reached = crawlguard_integration::poll_until(Duration::from_secs(30), || async {
         let level = envoy.stat_now(LEVEL).await.unwrap_or(0);
         let human_503 = seen.lock().unwrap().others.contains(&503);
-        (level == 7 && human_503).then_some(())
+        (level == 8 && human_503).then_some(())
     })
     .await;
     stop.store(true, Ordering::Relaxed);
@@ -199,6 +199,6 @@ async fn one_clients_slow_urls_or_500s_shed_nobody_and_real_trouble_still_sheds_
     assert!(envoy.counter("crawlguard.class.human.shed").await > 0);
     assert!(envoy
         .log()
-        .contains("shedding route=default level 6 -> 7 (shed: [spoofed, unverified_bot, ai_trainer, script, other_bot, ai_retriever, human])"));
+        .contains("shedding route=default level 7 -> 8 (shed: [spoofed, unverified_bot, ai_trainer, suspect_browser, script, other_bot, ai_retriever, human])"));
     envoy.assert_log_clean();
 }
