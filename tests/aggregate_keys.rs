@@ -285,13 +285,10 @@ fn a_compound_key_naming_too_many_combinations_is_malformed() {
     };
     let lines =
         |n: usize| -> Vec<Vec<u8>> { (0..n).map(|i| format!("k{i}").into_bytes()).collect() };
-    for (key, n, malformed) in [
-        (r#"["client_ip","header:x-key"]"#, 16, false),
-        (r#"["client_ip","header:x-key"]"#, 17, true),
-        (r#"["header:x-key","header:x-other"]"#, 4, false),
-    ] {
-        let b = Bench::new("", &doc(key));
-        let headers = vec![("x-key", lines(n)), ("x-other", lines(4))];
+    // The decision for `key` with `n` values of x-key and `m` of x-other.
+    let decision = |key: &str, n: usize, m: usize| {
+        let mut b = Bench::new("", &doc(key));
+        let headers = vec![("x-key", lines(n)), ("x-other", lines(m))];
         let keys = RequestKeys {
             route: 0,
             client: "192.0.2.1".parse().ok(),
@@ -301,46 +298,35 @@ fn a_compound_key_naming_too_many_combinations_is_malformed() {
             key_headers: &headers,
             verified_claim: false,
         };
-        let mut limiter = b.limiter;
-        let out = decide(
+        decide(
             &b.cfg,
-            &mut limiter,
+            &mut b.limiter,
             &b.store,
             &keys,
             Class::Script,
             T0,
             &mut || 0,
-        );
-        let want = if malformed {
-            Decision::Malformed { limit: 0 }
-        } else {
-            Decision::Allowed
-        };
-        assert_eq!(out.decision, want, "{key} with {n} values");
-    }
-    // Two headers of 5 values each: 25 combinations, more than 16.
-    let b = Bench::new("", &doc(r#"["header:x-key","header:x-other"]"#));
-    let headers = vec![("x-key", lines(5)), ("x-other", lines(5))];
-    let keys = RequestKeys {
-        route: 0,
-        client: None,
-        client_ip: None,
-        bot: None,
-        path: b"/",
-        key_headers: &headers,
-        verified_claim: false,
+        )
+        .decision
     };
-    let mut limiter = b.limiter;
-    let out = decide(
-        &b.cfg,
-        &mut limiter,
-        &b.store,
-        &keys,
-        Class::Script,
-        T0,
-        &mut || 0,
+    let malformed = Decision::Malformed { limit: 0 };
+    assert_eq!(
+        decision(r#"["client_ip","header:x-key"]"#, 16, 4),
+        Decision::Allowed
     );
-    assert_eq!(out.decision, Decision::Malformed { limit: 0 });
+    assert_eq!(
+        decision(r#"["client_ip","header:x-key"]"#, 17, 4),
+        malformed
+    );
+    assert_eq!(
+        decision(r#"["header:x-key","header:x-other"]"#, 4, 4),
+        Decision::Allowed
+    );
+    // Two headers of 5 values each: 25 combinations, more than 16.
+    assert_eq!(
+        decision(r#"["header:x-key","header:x-other"]"#, 5, 5),
+        malformed
+    );
 }
 
 #[test]
