@@ -285,8 +285,10 @@ check "stats: wasmcustom.crawlguard.verify.cache_hit >= 1" \
     [ "$(counter crawlguard.verify.cache_hit)" -ge 1 ]
 
 # --- 4. Googlebot UA from addresses whose PTR is not Google's -> spoofed ---
-for case in "66:PTR in example.net" "67:PTR in googlebot.com, A elsewhere" "68:no PTR"; do
-    n="${case%%:*}"; why="${case#*:}"; ip="192.0.2.$n"
+# Each address is in its own /24 (spoofed_per_24: burst 5, replica A's share 2).
+for case in "192.0.2.66:PTR in example.net" "198.51.100.67:PTR in googlebot.com, A elsewhere" \
+    "203.0.113.68:no PTR"; do
+    ip="${case%%:*}"; why="${case#*:}"; n="${ip##*.}"
     req "127.0.0.$n" "$UA_GOOGLEBOT" "$ENVOY/compose/spoofed" -H "x-forwarded-for: $ip"
     expect "spoofed $ip ($why): upstream saw spoofed (status $STATUS, echo '$(hdr x-upstream-saw-class)')" \
         '[ "$STATUS" = 200 ] && [ "$(hdr x-upstream-saw-class)" = spoofed ]'
