@@ -112,7 +112,10 @@ fn an_unknown_check_or_mode_is_refused_with_its_path() {
     );
     assert_eq!(
         err(r#"{"browser_checks":{"client_hints":"off","client_hints":"off"}}"#),
-        Err("browser_checks: duplicate key \"client_hints\" at line 1 column 54".to_string())
+        Err(
+            "browser_checks.client_hints: duplicate key \"client_hints\" at line 1 column 54"
+                .to_string()
+        )
     );
 }
 

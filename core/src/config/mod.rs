@@ -17,6 +17,7 @@ mod compile;
 mod defaults;
 mod error;
 mod headers;
+mod json_path;
 mod limits;
 mod raw;
 mod sections;
@@ -414,18 +415,15 @@ pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
         return Err(err("<root>", "must be a JSON object"));
     }
     let de = &mut serde_json::Deserializer::from_slice(text);
-    let raw: raw::RawConfig = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
-        let path = e.path().to_string();
-        // serde_path_to_error prints the root as "." or "?" (syntax errors), and an empty
-        // key as nothing; name both so the log line always points somewhere.
-        let path = if path.is_empty() || path == "." || path == "?" {
+    let raw = raw::RawConfig::deserialize(&mut *de).map_err(|e| {
+        // The field where serde_json stopped (`json_path`); the top level is `<root>`.
+        let path = json_path::path_at(text, e.line(), e.column());
+        let path = if path.is_empty() {
             "<root>".into()
-        } else if path.ends_with('.') {
-            format!("{path}\"\"")
         } else {
             path
         };
-        err(path, e.into_inner().to_string())
+        err(path, e.to_string())
     })?;
     // One document: anything after it (a second pasted object, stray text) would otherwise
     // be ignored unchecked, e.g. `{"mode":"shadow"}{"mode":"enforce",...}` loading as shadow.
