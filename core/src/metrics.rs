@@ -541,7 +541,7 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 9 * 10 + 1 + 2 + 4 + 14 + 5 + 2 + 1 + 2);
+        assert_eq!(n.len(), 9 * 10 + 1 + 5 + 4 + 14 + 5 + 2 + 1 + 2);
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
         assert_eq!(n[4], "crawlguard.class.search_crawler.malformed");
         assert_eq!(n[5], "crawlguard.class.search_crawler.retry_after_ignored");
@@ -550,8 +550,9 @@ mod tests {
             n[91],
             "crawlguard.browser_check.fetch_metadata.inconsistent"
         );
-        assert_eq!(n[93], "crawlguard.route.api.limited");
-        assert_eq!(n[94], "crawlguard.route.default.limited");
+        assert_eq!(n[95], "crawlguard.browser_check.network.inconsistent");
+        assert_eq!(n[96], "crawlguard.route.api.limited");
+        assert_eq!(n[97], "crawlguard.route.default.limited");
         assert_eq!(
             n.get(n.len() - 2).map(String::as_str),
             Some("crawlguard.rewrite.status_503")

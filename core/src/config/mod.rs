@@ -13,6 +13,7 @@
 //! error type.
 
 mod classes;
+mod client_signals;
 mod compile;
 mod defaults;
 mod error;
@@ -28,6 +29,7 @@ use crate::identity::classify::Classifier;
 use crate::limits::bucket::Rate;
 use serde::Deserialize;
 
+pub use client_signals::{parse_asn, ClientSignals};
 pub use defaults::DEFAULT_CLASS_HEADER;
 use error::err;
 pub use error::{ConfigError, MAX_ERROR_PART_BYTES};
@@ -165,13 +167,18 @@ pub enum KeyKind {
     /// The request path without its query string: one bucket per URL path (a herd of clients
     /// on one page).
     Path,
+    /// The client's autonomous system, from `client_signals.asn_header`: one bucket per
+    /// network. A request without a readable ASN (or with no `asn_header` configured) is not
+    /// charged.
+    Asn,
     /// One bucket per combination of its parts' values: 2..=4 distinct parts, each
-    /// `ClientIp`, `Header`, `Bot` or `Path`.
+    /// `ClientIp`, `Header`, `Bot`, `Path` or `Asn`.
     Compound(Vec<KeyKind>),
 }
 
 impl KeyKind {
-    /// Short name for logs: `client_ip`, `global`, `header`, `bot`, `path` or `compound`.
+    /// Short name for logs: `client_ip`, `global`, `header`, `bot`, `path`, `asn` or
+    /// `compound`.
     pub fn kind_str(&self) -> &'static str {
         match self {
             KeyKind::ClientIp => "client_ip",
@@ -179,6 +186,7 @@ impl KeyKind {
             KeyKind::Header(_) => "header",
             KeyKind::Bot => "bot",
             KeyKind::Path => "path",
+            KeyKind::Asn => "asn",
             KeyKind::Compound(_) => "compound",
         }
     }
@@ -202,6 +210,11 @@ impl KeyKind {
     /// Whether a part is the bot id.
     pub fn has_bot(&self) -> bool {
         self.parts().contains(&KeyKind::Bot)
+    }
+
+    /// Whether a part is the client's autonomous system.
+    pub fn has_asn(&self) -> bool {
+        self.parts().contains(&KeyKind::Asn)
     }
 
     /// Whether a part is the client address.
@@ -363,6 +376,11 @@ pub struct Config {
     pub shedding: Shedding,
     /// `browser_checks`: each catalog browser check's mode.
     pub browser_checks: BrowserChecks,
+    /// `client_signals`: the trusted headers the browser checks and the `asn` key read.
+    pub client_signals: ClientSignals,
+    /// Bit `class as usize`: some limit of the class (or of every class) has an `asn` key
+    /// part, so its requests read `client_signals.asn_header` ([`Config::asn_keyed`]).
+    pub asn_keyed_classes: u32,
     /// Lowercase response header the origin sets on degraded pages; such a 200 becomes a 503
     /// for crawler classes (soft-404 guard). `None` = off.
     pub degraded: Option<String>,
@@ -372,6 +390,11 @@ pub struct Config {
 }
 
 impl Config {
+    /// Whether requests of `class` need their network for an `asn` limit key.
+    pub fn asn_keyed(&self, class: Class) -> bool {
+        self.asn_keyed_classes & (1 << (class as u32)) != 0
+    }
+
     /// Rejection policy of `class`.
     pub fn policy(&self, class: Class) -> &ClassPolicy {
         &self.classes[class]
