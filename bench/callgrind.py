@@ -11,6 +11,9 @@ instructions (Ir) / N is the figure. The upstream Envoy runs normally.
 
   python3 bench/callgrind.py [--requests N] [CONFIG ...]     (default: every bench config)
   python3 bench/callgrind.py --module NAME=FILE.wasm ...        (cg_allow with other modules)
+  python3 bench/callgrind.py --module-client signals --module base=OLD.wasm \
+      --module now=target/wasm32-wasip1/release/crawlguard.wasm cg_signals
+                                           (a consistent browser, signals off vs on)
 """
 
 import argparse
@@ -42,8 +45,9 @@ ENVOY_BIN = envoy_binary()
 
 def requests(port, ua, n):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = bench.request_headers(ua)
     for _ in range(n):
-        conn.request("GET", "/", headers={"User-Agent": ua})
+        conn.request("GET", "/", headers=headers)
         r = conn.getresponse()
         r.read()
     conn.close()
@@ -108,6 +112,10 @@ def main():
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--warmup", type=int, default=3000)
     ap.add_argument("--module", action="append", default=[], metavar="NAME=FILE.wasm")
+    ap.add_argument("--module-client", choices=["chrome", "signals"], default="chrome",
+                    help="what the --module runs' client sends: Chrome's User-Agent alone, "
+                         "or a consistent Chrome's headers with the JA4 and ASN headers of "
+                         "bench.CHROME_WITH_SIGNALS (the browser-signal A/B)")
     ap.add_argument("configs", nargs="*")
     args = ap.parse_args()
     configs = {}
@@ -116,7 +124,8 @@ def main():
     allow_cfg = json.loads(bench.CONFIGS["cg_allow"][0].split("value: ", 1)[1].split("\n")[0])
     for m in args.module:
         name, _, path = m.partition("=")
-        configs[name] = (bench.wasm_filter(os.path.abspath(path), allow_cfg), "", bench.UA_CHROME)
+        client = bench.CHROME_WITH_SIGNALS if args.module_client == "signals" else bench.UA_CHROME
+        configs[name] = (bench.wasm_filter(os.path.abspath(path), allow_cfg), "", client)
     with tempfile.TemporaryDirectory(prefix="cg-callgrind-", dir=os.environ.get("CG_TMP")) as tmp:
         origin_port, verifier_port = bench.free_port(), bench.free_port()
         upstream = bench.Envoy(bench.upstream_yaml(origin_port, verifier_port), 1, tmp, "up")

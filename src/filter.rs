@@ -27,6 +27,7 @@ pub(crate) struct Root {
 
 impl Context for Root {
     fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _: usize) {
+        self.host.forget_request_headers();
         let Some(w) = self.worker.clone() else {
             return;
         };
@@ -94,6 +95,7 @@ impl RootContext for Root {
     }
 
     fn on_queue_ready(&mut self, queue_id: u32) {
+        self.host.forget_request_headers();
         wasm_host::drain_queue(queue_id);
         if let Some(w) = self.worker.clone() {
             w.on_wake(&mut self.host);
@@ -101,6 +103,7 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
+        self.host.forget_request_headers();
         if let Some(w) = self.worker.clone() {
             w.on_tick(&mut self.host);
             wasm_host::flush_counters(w.metrics.flushes);
@@ -112,7 +115,7 @@ impl RootContext for Root {
         Some(Box::new(Filter {
             id: context_id,
             worker: self.worker.clone(),
-            host: self.host,
+            host: WasmHost::new(self.host.queue),
             state: Rc::new(RefCell::new(RequestState::default())),
         }))
     }
@@ -134,6 +137,7 @@ impl Context for Filter {}
 
 impl HttpContext for Filter {
     fn on_http_request_headers(&mut self, _n: usize, _eos: bool) -> Action {
+        self.host.forget_request_headers();
         let Some(w) = self.worker.as_deref() else {
             return Action::Continue;
         };
@@ -147,6 +151,7 @@ impl HttpContext for Filter {
     }
 
     fn on_http_request_body(&mut self, _n: usize, end_of_stream: bool) -> Action {
+        self.host.forget_request_headers();
         // Only the end matters: the origin's clock starts when it has the whole request.
         // Continue, as without this callback (a paused request stays paused on headers).
         if end_of_stream {
@@ -158,6 +163,7 @@ impl HttpContext for Filter {
     }
 
     fn on_log(&mut self) {
+        self.host.forget_request_headers();
         let Some(w) = self.worker.as_deref() else {
             return;
         };
@@ -167,6 +173,7 @@ impl HttpContext for Filter {
     }
 
     fn on_http_response_headers(&mut self, _n: usize, eos: bool) -> Action {
+        self.host.forget_request_headers();
         let Some(w) = self.worker.as_deref() else {
             return Action::Continue;
         };

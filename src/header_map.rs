@@ -24,38 +24,33 @@ pub fn serialize(pairs: &[(&str, &str)]) -> Vec<u8> {
     out
 }
 
-/// Deserialises a map the host handed over into `(name, value)` byte pairs. Malformed input
-/// (truncated, lengths past the end) yields the entries that were complete, never a panic.
-pub fn deserialize(bytes: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let u32_at = |at: usize| -> Option<usize> {
+/// The entries of a map the host handed over, as `(name, value)` slices of `bytes`, in
+/// order, without copying. Malformed input (truncated, lengths past the end) yields the
+/// entries that were complete, never a panic.
+pub fn entries(bytes: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    let u32_at = move |at: usize| -> Option<usize> {
         let b: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
         usize::try_from(u32::from_le_bytes(b)).ok()
     };
-    let Some(count) = u32_at(0) else {
-        return Vec::new();
-    };
     // Each entry needs at least 8 length bytes and 2 NULs: bound the count by the input.
-    let count = count.min(bytes.len() / 10);
-    let mut out = Vec::with_capacity(count);
-    let Some(mut p) = count.checked_mul(8).and_then(|n| n.checked_add(4)) else {
-        return out;
-    };
-    for n in 0..count {
+    let count = u32_at(0).unwrap_or(0).min(bytes.len() / 10);
+    let mut p = count.saturating_mul(8).saturating_add(4);
+    (0..count).map_while(move |n| {
         let s = 4 + n * 8;
-        let (Some(klen), Some(vlen)) = (u32_at(s), u32_at(s + 4)) else {
-            break;
-        };
-        let Some(key) = p.checked_add(klen).and_then(|end| bytes.get(p..end)) else {
-            break;
-        };
+        let (klen, vlen) = (u32_at(s)?, u32_at(s + 4)?);
+        let key = bytes.get(p..p.checked_add(klen)?)?;
         p += klen + 1;
-        let Some(value) = p.checked_add(vlen).and_then(|end| bytes.get(p..end)) else {
-            break;
-        };
+        let value = bytes.get(p..p.checked_add(vlen)?)?;
         p += vlen + 1;
-        out.push((key.to_vec(), value.to_vec()));
-    }
-    out
+        Some((key, value))
+    })
+}
+
+/// [`entries`], owned.
+pub fn deserialize(bytes: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    entries(bytes)
+        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+        .collect()
 }
 
 #[cfg(test)]

@@ -135,13 +135,22 @@ fn map_value(map: u32, name: &str) -> Option<Vec<u8>> {
     get_bytes(|d, s| unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), d, s) })
 }
 
-fn map_lines(map: u32, name: &str) -> Vec<Vec<u8>> {
+/// Every header of `map` as one buffer in the header-map wire format (one host call).
+fn map_pairs(map: u32) -> Vec<u8> {
     // SAFETY: the out-pointers are live locals of get_bytes.
-    let bytes = get_bytes(|d, s| unsafe { proxy_get_header_map_pairs(map, d, s) });
-    header_map::deserialize(&bytes.unwrap_or_default())
-        .into_iter()
-        .filter(|(k, _)| k.eq_ignore_ascii_case(name.as_bytes()))
+    get_bytes(|d, s| unsafe { proxy_get_header_map_pairs(map, d, s) }).unwrap_or_default()
+}
+
+/// The values of `name` in a header-map buffer, in order (Envoy keeps names lowercase).
+fn lines_in<'b>(pairs: &'b [u8], name: &'b str) -> impl Iterator<Item = &'b [u8]> {
+    header_map::entries(pairs)
+        .filter(move |(k, _)| k.eq_ignore_ascii_case(name.as_bytes()))
         .map(|(_, v)| v)
+}
+
+fn map_lines(map: u32, name: &str) -> Vec<Vec<u8>> {
+    lines_in(&map_pairs(map), name)
+        .map(<[u8]>::to_vec)
         .collect()
 }
 
@@ -265,10 +274,37 @@ pub fn callout_response(body_size: usize, max_body: usize) -> (Option<Vec<u8>>, 
 }
 
 /// [`Host`] over the proxy-wasm ABI, acting on the effective context.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct WasmHost {
     /// This worker's wake-up queue (registered by the root context).
     pub queue: Option<u32>,
+    /// The current request's headers, all read with one host call at the first header read
+    /// of a callback ([`WasmHost::forget_request_headers`] at each callback's start): a
+    /// request reads up to eight of them (path, User-Agent, the browser checks' headers, key
+    /// headers), and each host call costs more than copying them all once. Dropped when a
+    /// header is set or the effective context changes.
+    request_headers: Option<Vec<u8>>,
+}
+
+impl WasmHost {
+    /// A host for this worker's queue.
+    pub fn new(queue: Option<u32>) -> WasmHost {
+        WasmHost {
+            queue,
+            request_headers: None,
+        }
+    }
+
+    /// Forgets the cached request headers: every callback starts with the headers as Envoy
+    /// has them now (another filter may have changed them since).
+    pub fn forget_request_headers(&mut self) {
+        self.request_headers = None;
+    }
+
+    fn request_headers(&mut self) -> &[u8] {
+        self.request_headers
+            .get_or_insert_with(|| map_pairs(REQUEST_HEADERS))
+    }
 }
 
 impl Host for WasmHost {
@@ -284,14 +320,19 @@ impl Host for WasmHost {
     }
 
     fn request_header(&mut self, name: &str) -> Option<Vec<u8>> {
-        map_value(REQUEST_HEADERS, name)
+        lines_in(self.request_headers(), name)
+            .next()
+            .map(<[u8]>::to_vec)
     }
 
     fn request_header_lines(&mut self, name: &str) -> Vec<Vec<u8>> {
-        map_lines(REQUEST_HEADERS, name)
+        lines_in(self.request_headers(), name)
+            .map(<[u8]>::to_vec)
+            .collect()
     }
 
     fn set_request_header(&mut self, name: &str, value: Option<&[u8]>) {
+        self.request_headers = None;
         // SAFETY: name and value are live slices for the duration of the calls.
         let _ = unsafe {
             match value {
@@ -428,6 +469,7 @@ impl Host for WasmHost {
     }
 
     fn switch_to(&mut self, context: ContextId) -> Result<(), HostError> {
+        self.request_headers = None;
         // SAFETY: a plain value.
         match unsafe { proxy_set_effective_context(context) } {
             OK => Ok(()),

@@ -11,6 +11,7 @@
 //! from one global counter) with a faster hash and in-place updates. The decision code, the
 //! worker and the verdict cache are the filter's own.
 
+use crate::logfmt::LoggedSignals;
 use crawlguard_core::config::Config;
 use crawlguard_core::host::{Callout, ContextId, Host, HostError, LocalReply};
 use crawlguard_core::identity::classify::Class;
@@ -116,6 +117,40 @@ pub struct Req {
     pub reply: Option<u16>,
     /// The reply's `ratelimit-policy` header.
     pub policy: Option<String>,
+    /// What the log says of the client beyond its request line.
+    pub signals: OwnedSignals,
+}
+
+/// [`LoggedSignals`], owned: the replayed request's TLS, protocol, JA4, network and browser
+/// headers, each `None` when the log does not carry it.
+#[derive(Debug, Default)]
+pub struct OwnedSignals {
+    /// The connection was TLS.
+    pub tls: Option<bool>,
+    /// `HTTP/1.1`, `HTTP/2`.
+    pub protocol: Option<Vec<u8>>,
+    /// The JA4 header's value (`Some(None)`: logged as absent).
+    pub ja4: Option<Option<Vec<u8>>>,
+    /// The ASN header's value.
+    pub asn: Option<Option<Vec<u8>>>,
+    /// `Sec-Fetch-Site`.
+    pub sec_fetch_site: Option<Option<Vec<u8>>>,
+    /// `Sec-CH-UA`.
+    pub sec_ch_ua: Option<Option<Vec<u8>>>,
+}
+
+impl OwnedSignals {
+    fn set(&mut self, s: &LoggedSignals<'_>) {
+        let own = |v: Option<Option<&[u8]>>| v.map(|v| v.map(<[u8]>::to_vec));
+        *self = OwnedSignals {
+            tls: s.tls,
+            protocol: s.protocol.map(<[u8]>::to_vec),
+            ja4: own(s.ja4),
+            asn: own(s.asn),
+            sec_fetch_site: own(s.sec_fetch_site),
+            sec_ch_ua: own(s.sec_ch_ua),
+        };
+    }
 }
 
 /// The [`Host`] of a replay.
@@ -124,6 +159,9 @@ pub struct ReplayHost {
     pub now_ns: u64,
     store: Store,
     class_header: String,
+    /// `client_signals.ja4_header` and `asn_header`: read from the log's `ja4` and `asn`.
+    ja4_header: Option<String>,
+    asn_header: Option<String>,
     /// The current request.
     pub req: Req,
     /// Counter and gauge values by metric id.
@@ -143,12 +181,23 @@ impl Host for ReplayHost {
     }
 
     fn request_header(&mut self, name: &str) -> Option<Vec<u8>> {
+        // A browser check's header the log does not carry reads as sent (unknown: the check
+        // passes, as it would without the input); one it carries reads as logged.
+        let logged_or_sent = |v: &Option<Option<Vec<u8>>>| match v {
+            Some(v) => v.clone(),
+            None => Some(Vec::new()),
+        };
+        let s = &self.req.signals;
         match name {
             ":path" => Some(self.req.path.clone()),
             ":method" => Some(self.req.method.clone()),
             "user-agent" => self.req.ua.clone(),
             "x-forwarded-for" => self.req.xff.clone(),
+            "sec-fetch-site" => logged_or_sent(&s.sec_fetch_site),
+            "sec-ch-ua" => logged_or_sent(&s.sec_ch_ua),
             n if n == self.class_header => self.req.class.clone(),
+            n if Some(n) == self.ja4_header.as_deref() => s.ja4.clone().flatten(),
+            n if Some(n) == self.asn_header.as_deref() => s.asn.clone().flatten(),
             _ => None,
         }
     }
@@ -168,12 +217,12 @@ impl Host for ReplayHost {
     }
 
     fn downstream_tls(&mut self) -> bool {
-        // An access log does not say; the browser checks that need TLS are not replayed.
-        false
+        // Only a log that says so (`tls=`): otherwise the checks that need TLS pass.
+        self.req.signals.tls.unwrap_or(false)
     }
 
     fn request_protocol(&mut self) -> Option<Vec<u8>> {
-        None
+        self.req.signals.protocol.clone()
     }
 
     fn response_header(&mut self, name: &str) -> Option<Vec<u8>> {
@@ -261,6 +310,8 @@ pub struct Request<'a> {
     pub xff: Option<&'a [u8]>,
     /// `source.address`.
     pub downstream: Option<&'a [u8]>,
+    /// What the log says of the client beyond its request line.
+    pub signals: LoggedSignals<'a>,
 }
 
 fn set(dst: &mut Vec<u8>, src: &[u8]) {
@@ -285,6 +336,8 @@ impl ReplayProxy {
             now_ns: 0,
             store: Store::default(),
             class_header,
+            ja4_header: cfg.client_signals.ja4_header.clone(),
+            asn_header: cfg.client_signals.asn_header.clone(),
             req: Req::default(),
             metrics: Vec::new(),
             callouts: Vec::new(),
@@ -339,6 +392,7 @@ impl ReplayProxy {
         set_opt(&mut q.ua, r.ua);
         set_opt(&mut q.xff, r.xff);
         set_opt(&mut q.downstream, r.downstream);
+        q.signals.set(&r.signals);
         q.reply = None;
         q.policy = None;
         let state = Rc::new(RefCell::new(RequestState::default()));

@@ -77,7 +77,7 @@ fn every_shipped_example_and_istio_file() {
     assert_eq!(
         text(&out.stdout).trim_end(),
         format!(
-            "{}: WasmPlugin crawlguard (spec.pluginConfig): ok (mode enforce, 20 limits, 0 routes, \
+            "{}: WasmPlugin crawlguard (spec.pluginConfig): ok (mode enforce, 21 limits, 0 routes, \
              161 bots, 65536 bucket slots, verifier cluster \
              \"outbound|9090||crawlguard-sidecar.crawlguard-system.svc.cluster.local\")",
             root().join("envoy/istio/wasmplugin.yaml").display()
@@ -95,7 +95,7 @@ fn envoy_yaml_and_the_embedded_default() {
         let out = check(&[root().join(f).to_str().expect("path")]);
         assert_eq!(out.status.code(), Some(0), "{f}: {}", text(&out.stderr));
         assert!(
-            text(&out.stdout).contains("ok (mode enforce, 20 limits"),
+            text(&out.stdout).contains("ok (mode enforce, 21 limits"),
             "{f}"
         );
     }
@@ -233,7 +233,7 @@ fn a_class_left_unlimited_and_robots_txt_not_exempt_are_warned_about() {
         format!(
             "-: configuration: configuration warning: limits: no enforced limit covers class \
              {class} on route default: its requests there are never limited (a configuration's \
-             own limits replace all 20 defaults; the default for {class}: {default})"
+             own limits replace all 21 defaults; the default for {class}: {default})"
         )
     };
     assert_eq!(
@@ -283,6 +283,7 @@ fn a_class_left_unlimited_and_robots_txt_not_exempt_are_warned_about() {
                 "suspect_browser",
                 "suspect_browser_per_ip (2/s, burst 40, key client_ip) and \
                  suspect_browser_per_24 (5/s, burst 100, key client_ip /24 /48) and \
+                 suspect_browser_per_asn (10/s, burst 100, key asn) and \
                  suspect_browser_global (50/s, burst 500, key global)"
             ),
             "-: configuration: configuration warning: exempt_paths: \"/robots.txt\" is not \

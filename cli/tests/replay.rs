@@ -283,7 +283,15 @@ fn what_a_log_cannot_tell_is_said() {
     // 60 tokens at 3 a request and 5/s: 20 requests of burst, one every 0.6 s after.
     assert_eq!(limit(&j, "items"), (9_066, 752));
     assert_eq!(j["limits"][0]["cost_reserve"], 3);
+    // The Apache log carries no TLS, handshake or network fields: the browser checks
+    // that read them passed, and the replay says so.
+    assert_eq!(j["no_browser_signals"], 9_999);
     let text = replay_text(costs);
+    assert!(text.contains(
+        "  9999 requests were logged without tls, proto, ja4, asn, sfs and chua: the browser \
+         checks that read them passed (log them as envoy/envoy-tls.yaml does to replay the \
+         checks)\n"
+    ));
     assert!(text.contains(
         "\nnotes\n  cost-based limits (items (reserve 3, from x-crawlguard-cost)) charge every \
          forwarded request its reserve: the actual cost is a response header, which access \

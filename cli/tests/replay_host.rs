@@ -53,6 +53,7 @@ fn agree_with(json: &str, change: impl Fn(&mut Config)) -> (u64, u64, u64) {
             ua: r.ua,
             xff: r.xff,
             downstream: client.as_deref().map(str::as_bytes),
+            signals: r.signals,
         };
         let out = replay.run(&req, r.status, &mut |p| (200, unknown(p)));
         replies += u64::from(out.reply.is_some());

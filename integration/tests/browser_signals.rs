@@ -271,3 +271,103 @@ async fn signal_headers_a_client_sends_are_replaced_by_what_envoy_saw() {
         ])
     );
 }
+
+#[tokio::test]
+async fn replay_decides_the_tls_edges_access_log_as_envoy_did() {
+    use crawlguard_cli::input;
+    use crawlguard_cli::logfmt::Format;
+    use crawlguard_cli::replay::Replay;
+
+    let cfg = shipped_filter_config(TLS_TEMPLATE);
+    let edge = Edge::start(None, true, NETWORKS).await;
+    let ua = chrome_user_agent();
+    let all = browser_headers(&ua);
+    let no_fetch: Vec<(&str, &str)> = all
+        .iter()
+        .copied()
+        .filter(|(k, _)| *k != "sec-fetch-site")
+        .collect();
+    let chromium = Chromium::new(edge.ca());
+    chromium
+        .load(&edge.url(&page("r-h2")), true)
+        .expect("chromium");
+    chromium
+        .load(&edge.url(&page("r-h1")), false)
+        .expect("chromium");
+    let ca = edge.ca();
+    for (who, source, headers) in [
+        ("r-curl", "127.0.0.31", &all),
+        ("r-curl-no-fetch", "127.0.0.32", &no_fetch),
+        ("r-cloud", "127.16.0.33", &all),
+    ] {
+        assert_eq!(
+            curl(&edge.ip_url(&format!("/?who={who}")), ca, source, headers),
+            200
+        );
+    }
+    assert_eq!(
+        python_get(&edge.ip_url("/?who=r-python"), ca, "127.0.0.34", &all),
+        200
+    );
+    // Every request in Envoy's access log (flushed on a timer).
+    let stats = edge.envoy.crawlguard_stats().await;
+    let decided: u64 = ["human", "suspect_browser"]
+        .iter()
+        .map(|c| {
+            stats
+                .get(&format!("crawlguard.class.{c}.allowed"))
+                .copied()
+                .unwrap_or(0)
+        })
+        .sum();
+    let lines = || {
+        edge.envoy
+            .log()
+            .lines()
+            .filter(|l| l.contains(" proto="))
+            .count() as u64
+    };
+    let all_logged = poll_until(LOG_DEADLINE, || async {
+        (lines() >= decided).then_some(())
+    })
+    .await;
+    assert!(
+        all_logged.is_some(),
+        "{} of {decided} access log lines",
+        lines()
+    );
+    let log = edge.envoy.log();
+    let config = crawlguard_core::config::parse(cfg.to_string().as_bytes()).expect("config");
+    let mut rp = Replay::new(config, 1.0, None);
+    let st = input::each_record(
+        "envoy.log",
+        &mut log.as_bytes(),
+        Some(Format::Crawlguard),
+        &mut |r| rp.add(r),
+    );
+    assert_eq!(st.parsed, decided);
+    let j = serde_json::to_value(rp.json(5)).expect("json");
+    assert_eq!(j["no_browser_signals"], json!(0));
+    let replayed = |class: &str| {
+        j["classes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["class"] == class)
+            .map_or(0, |c| c["admitted"].as_u64().unwrap_or(0))
+    };
+    let envoy = |class: &str| {
+        stats
+            .get(&format!("crawlguard.class.{class}.allowed"))
+            .copied()
+            .unwrap_or(0)
+    };
+    // Chromium's two pages (h2 human; h1 at this listener suspect) and four libraries.
+    assert!(
+        envoy("human") >= 4 && envoy("suspect_browser") >= 5,
+        "{stats:?}"
+    );
+    for class in ["human", "suspect_browser"] {
+        assert_eq!(replayed(class), envoy(class), "{class}: replay vs Envoy");
+    }
+}

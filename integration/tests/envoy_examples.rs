@@ -196,7 +196,7 @@ async fn a_configuration_leaving_classes_unlimited_loads_with_a_warning_per_clas
     let envoy = Envoy::start(EnvoyOpts::with_config(old)).await;
     let spoofed = "configuration warning: limits: no enforced limit covers class spoofed on \
                    route default: its requests there are never limited (a configuration's own \
-                   limits replace all 20 defaults; the default for spoofed: spoofed_per_ip \
+                   limits replace all 21 defaults; the default for spoofed: spoofed_per_ip \
                    (0.1/s, burst 2, key client_ip) and spoofed_per_24 (0.5/s, burst 5, key \
                    client_ip /24 /48) and spoofed_global (5/s, burst 50, key global))";
     let classes = [

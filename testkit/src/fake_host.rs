@@ -106,10 +106,13 @@ pub struct FakeHost {
     /// Value returned by `random_u32`.
     pub random: u32,
     /// Every [`Host`] call that is a proxy-wasm host call in the real module, in order
-    /// (`"get request header :path"`, `"now"`, ...); shared-data calls are counted by the
-    /// store ([`MemStore::calls`]). Counter increments are not here: the module buffers
-    /// them in VM memory (`metrics::CounterBuffer`) and hands them over on the tick.
+    /// (`"get request headers"`: every request header with one call, once per callback;
+    /// `"now"`, ...); shared-data calls are counted by the store ([`MemStore::calls`]).
+    /// Counter increments are not here: the module buffers them in VM memory
+    /// (`metrics::CounterBuffer`) and hands them over on the tick.
     pub host_calls: Vec<String>,
+    /// This callback has read the request headers (the next read is no host call).
+    pub request_headers_read: bool,
 }
 
 impl FakeHost {
@@ -149,6 +152,21 @@ impl FakeHost {
     fn cur(&mut self) -> Option<&mut FakeRequest> {
         self.requests.get_mut(&self.current)
     }
+
+    /// A callback starts: the next request-header read is a host call again (the module
+    /// reads every request header with one call per callback, `src/wasm_host.rs`).
+    pub fn begin_callback(&mut self) {
+        self.request_headers_read = false;
+    }
+
+    /// The module's one read of every request header, counted once per callback (and again
+    /// after a header is set or the effective context changes).
+    fn read_request_headers(&mut self) {
+        if !self.request_headers_read {
+            self.host_calls.push("get request headers".into());
+            self.request_headers_read = true;
+        }
+    }
 }
 
 fn lines(map: &[(String, Vec<u8>)], name: &str) -> Vec<Vec<u8>> {
@@ -169,19 +187,20 @@ impl Host for FakeHost {
     }
 
     fn request_header(&mut self, name: &str) -> Option<Vec<u8>> {
-        self.host_calls.push(format!("get request header {name}"));
+        self.read_request_headers();
         self.cur()
             .and_then(|r| lines(&r.request_headers, name).into_iter().next())
     }
 
     fn request_header_lines(&mut self, name: &str) -> Vec<Vec<u8>> {
-        self.host_calls.push("get request header map".into());
+        self.read_request_headers();
         self.cur()
             .map(|r| lines(&r.request_headers, name))
             .unwrap_or_default()
     }
 
     fn set_request_header(&mut self, name: &str, value: Option<&[u8]>) {
+        self.request_headers_read = false;
         self.host_calls.push(match value {
             Some(_) => format!("replace request header {name}"),
             None => format!("remove request header {name}"),
@@ -297,6 +316,7 @@ impl Host for FakeHost {
     }
 
     fn switch_to(&mut self, context: ContextId) -> Result<(), HostError> {
+        self.request_headers_read = false;
         if !self.requests.contains_key(&context) {
             return Err(HostError(2));
         }

@@ -97,6 +97,7 @@ impl FakeProxy {
         let state = Rc::new(RefCell::new(RequestState::default()));
         self.states.insert(ctx, state.clone());
         self.host.current = ctx;
+        self.host.begin_callback();
         let step = state.borrow_mut().on_request_headers(
             Rc::downgrade(&state),
             ctx,
@@ -129,6 +130,7 @@ impl FakeProxy {
                 .collect();
         }
         self.host.current = ctx;
+        self.host.begin_callback();
         let step = state.borrow_mut().on_response_headers(
             self.worker.request_parts(),
             &mut self.host,
@@ -150,6 +152,7 @@ impl FakeProxy {
     pub fn end_stream(&mut self, ctx: ContextId) {
         if let Some(state) = self.states.get(&ctx).cloned() {
             self.host.current = ctx;
+            self.host.begin_callback();
             state
                 .borrow_mut()
                 .on_stream_end(self.worker.request_parts(), &mut self.host);
@@ -159,12 +162,14 @@ impl FakeProxy {
     /// Delivers the root wake-ups (`on_queue_ready`).
     pub fn wake(&mut self) {
         self.host.current = ROOT;
+        self.host.begin_callback();
         self.worker.on_wake(&mut self.host);
     }
 
     /// Delivers the answer to callout `token` (`status` `None` = no response).
     pub fn answer(&mut self, token: u32, status: Option<&str>, body: &str) {
         self.host.current = ROOT;
+        self.host.begin_callback();
         self.worker.on_callout_response(
             &mut self.host,
             token,
@@ -218,12 +223,14 @@ impl FakeProxy {
     /// Delivers a root tick.
     pub fn tick(&mut self) {
         self.host.current = ROOT;
+        self.host.begin_callback();
         self.worker.on_tick(&mut self.host);
     }
 
     /// The root context goes away.
     pub fn root_done(&mut self) {
         self.host.current = ROOT;
+        self.host.begin_callback();
         self.worker.on_root_done(&mut self.host);
     }
 

@@ -1,6 +1,8 @@
 //! Envoy `json_format` access logs (see the module docs of [`super`]).
 
-use super::{first_forwarded, limit_name, opt, reach_of_details, LogRecord, UpstreamReach};
+use super::{
+    first_forwarded, limit_name, opt, reach_of_details, LogRecord, LoggedSignals, UpstreamReach,
+};
 use crate::time;
 use crawlguard_core::identity::classify::Class;
 use serde::Deserialize;
@@ -75,6 +77,18 @@ struct JsonLine<'a> {
     class: Option<Val<'a>>,
     #[serde(borrow, alias = "ratelimit_policy")]
     limit: Option<Val<'a>>,
+    #[serde(borrow, alias = "tls")]
+    tls_version: Option<Val<'a>>,
+    #[serde(borrow, alias = "proto", alias = "PROTOCOL")]
+    protocol: Option<Val<'a>>,
+    #[serde(borrow)]
+    ja4: Option<Val<'a>>,
+    #[serde(borrow)]
+    asn: Option<Val<'a>>,
+    #[serde(borrow, alias = "sfs")]
+    sec_fetch_site: Option<Val<'a>>,
+    #[serde(borrow, alias = "chua")]
+    sec_ch_ua: Option<Val<'a>>,
 }
 
 /// Parses one Envoy JSON access-log line and hands the record to `f` (the record borrows
@@ -123,6 +137,13 @@ pub fn parse_envoy_json(line: &[u8], f: &mut dyn FnMut(&LogRecord<'_>)) -> bool 
     let route = text(&j.route_name);
     let limit = text(&j.limit);
     let remote = text(&j.downstream_remote_address);
+    let (tls, protocol, ja4, asn) = (
+        text(&j.tls_version),
+        text(&j.protocol),
+        text(&j.ja4),
+        text(&j.asn),
+    );
+    let (sfs, chua) = (text(&j.sec_fetch_site), text(&j.sec_ch_ua));
     let client_addr = remote.as_deref().map(strip_port);
     fn b(s: &Option<String>) -> Option<&[u8]> {
         s.as_deref().map(str::as_bytes).and_then(opt)
@@ -140,6 +161,16 @@ pub fn parse_envoy_json(line: &[u8], f: &mut dyn FnMut(&LogRecord<'_>)) -> bool 
     r.duration_ms = ms(&j.duration);
     r.upstream_ms = ms(&j.upstream_service_time);
     r.class = j.class.as_ref().and_then(Val::text).and_then(Class::parse);
+    // A key present is logged (its value may be `-` or null: none); absent, not logged.
+    let logged = |key: &Option<Val<'_>>, v| key.is_some().then_some(v);
+    r.signals = LoggedSignals {
+        tls: j.tls_version.is_some().then(|| b(&tls).is_some()),
+        protocol: b(&protocol),
+        ja4: logged(&j.ja4, b(&ja4)),
+        asn: logged(&j.asn, b(&asn)),
+        sec_fetch_site: logged(&j.sec_fetch_site, b(&sfs)),
+        sec_ch_ua: logged(&j.sec_ch_ua, b(&chua)),
+    };
     r.client = client_addr
         .map(str::as_bytes)
         .and_then(opt)

@@ -15,13 +15,16 @@
 //! - [`Format::Crawlguard`]: the access log of `envoy/envoy.yaml`,
 //!   `[%START_TIME%] %DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT% "%REQ(:METHOD)% %REQ(:PATH)%"
 //!   %RESPONSE_CODE% %RESPONSE_CODE_DETAILS% key=value... ua="%REQ(USER-AGENT)%"`, with keys
-//!   `class`, `retry_after`, `duration_ms`, `upstream_ms`, `route`, `limit` (any order, any
-//!   subset; older lines without the timing keys parse too).
+//!   `class`, `retry_after`, `duration_ms`, `upstream_ms`, `route`, `limit`, and the TLS
+//!   edge's (`envoy/envoy-tls.yaml`) `tls`, `proto`, `ja4`, `asn`, `sfs`, `chua` (any order,
+//!   any subset; older lines without them parse too).
 //! - [`Format::EnvoyJson`]: Envoy `json_format` access logs, one object per line, with the
 //!   key names of Envoy's and Istio's documented JSON examples (`start_time`, `method`,
 //!   `path`, `response_code`, `response_code_details`, `response_flags`, `duration`,
 //!   `upstream_service_time`, `x_forwarded_for`, `user_agent`, `upstream_host`,
-//!   `downstream_remote_address`, `route_name`) plus crawlguard's `class` and `limit`.
+//!   `downstream_remote_address`, `route_name`) plus crawlguard's `class` and `limit`, and
+//!   the browser checks' `tls_version`, `protocol`, `ja4`, `asn`, `sec_fetch_site`,
+//!   `sec_ch_ua`.
 
 mod json;
 mod text;
@@ -77,6 +80,25 @@ pub enum UpstreamReach {
     Unknown,
 }
 
+/// What a log line says of the client beyond its request line, for the browser checks
+/// (README, "crawlguard replay"): each field `None` when the format does not carry it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LoggedSignals<'a> {
+    /// The connection was TLS (`tls=%DOWNSTREAM_TLS_VERSION%`, `-` for none).
+    pub tls: Option<bool>,
+    /// `%PROTOCOL%` (`HTTP/2`).
+    pub protocol: Option<&'a [u8]>,
+    /// The JA4 fingerprint (`%REQ(X-CRAWLGUARD-JA4)%`), `Some(None)` when logged as `-`.
+    pub ja4: Option<Option<&'a [u8]>>,
+    /// The autonomous system (`%REQ(X-CRAWLGUARD-ASN)%`), `Some(None)` when logged as `-`.
+    pub asn: Option<Option<&'a [u8]>>,
+    /// `Sec-Fetch-Site`, `Some(None)` when the request had none.
+    pub sec_fetch_site: Option<Option<&'a [u8]>>,
+    /// `Sec-CH-UA` (crawlguard's text format logs its first character, enough to tell it
+    /// was sent), `Some(None)` when the request had none.
+    pub sec_ch_ua: Option<Option<&'a [u8]>>,
+}
+
 /// One parsed access-log line; byte fields borrow from the line (or from the JSON decoder).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogRecord<'a> {
@@ -112,6 +134,8 @@ pub struct LogRecord<'a> {
     pub route: Option<&'a [u8]>,
     /// The limit that rejected the request, when logged (from `RateLimit-Policy`).
     pub limit: Option<&'a [u8]>,
+    /// The client's TLS, protocol, JA4, network and browser headers, as far as logged.
+    pub signals: LoggedSignals<'a>,
 }
 
 impl<'a> LogRecord<'a> {
@@ -132,6 +156,7 @@ impl<'a> LogRecord<'a> {
             class: None,
             route: None,
             limit: None,
+            signals: LoggedSignals::default(),
         }
     }
 }

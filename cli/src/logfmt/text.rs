@@ -225,6 +225,12 @@ pub fn parse_crawlguard(line: &[u8]) -> Option<LogRecord<'_>> {
             }
             b"route" => r.route = opt(v),
             b"limit" => r.limit = opt(v).and_then(limit_name),
+            b"tls" => r.signals.tls = Some(opt(v).is_some()),
+            b"proto" => r.signals.protocol = opt(v),
+            b"ja4" => r.signals.ja4 = Some(opt(v)),
+            b"asn" => r.signals.asn = Some(opt(v)),
+            b"sfs" => r.signals.sec_fetch_site = Some(opt(v)),
+            b"chua" => r.signals.sec_ch_ua = Some(opt(v)),
             _ => {}
         }
         rest = next;

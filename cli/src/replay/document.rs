@@ -5,6 +5,8 @@ use super::{Prediction, Replay, CRAWLER_WARN_SHARE, SCHEMA};
 use crate::status::StatusBucket;
 use crate::table::share;
 use crate::time;
+use crawlguard_core::config::BrowserCheckMode;
+use crawlguard_core::identity::catalog::builtin_browser_checks;
 use crawlguard_core::identity::classify::Class;
 use serde::Serialize;
 
@@ -143,6 +145,13 @@ impl Replay {
                 .collect(),
             top_limited_error_bound: self.limited_clients.error(),
             no_client_address: self.no_client,
+            no_browser_signals: if (0..builtin_browser_checks().len())
+                .all(|i| cfg.browser_checks.mode(i) == BrowserCheckMode::Off)
+            {
+                0
+            } else {
+                self.no_signals
+            },
             header_keyed_limits: cfg
                 .limits
                 .iter()
@@ -213,6 +222,10 @@ pub struct ReplayJson {
     pub top_limited_error_bound: u64,
     /// Requests without a client address in the log (they share one key).
     pub no_client_address: u64,
+    /// Requests whose line does not say whether they came over TLS (no `tls` field): the
+    /// browser checks that need TLS, the handshake or the network pass for them (0 when
+    /// every check is off).
+    pub no_browser_signals: u64,
     /// Limits keyed by a request header (access logs carry none: every request is keyed
     /// as "header missing").
     pub header_keyed_limits: Vec<String>,

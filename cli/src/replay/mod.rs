@@ -149,6 +149,8 @@ pub struct Replay {
     pub normalised: u64,
     /// Requests with no client address in the log.
     pub no_client: u64,
+    /// Records that do not say whether they came over TLS (no browser-check inputs).
+    pub no_signals: u64,
     /// Requests still waiting for a verdict after every callout was answered (should be 0).
     pub unresolved: u64,
     /// Records replayed.
@@ -196,6 +198,7 @@ impl Replay {
             verdicts: BTreeMap::new(),
             normalised: 0,
             no_client: 0,
+            no_signals: 0,
             unresolved: 0,
             requests: 0,
         }
@@ -252,12 +255,14 @@ impl Replay {
             }
             None => self.no_client += 1,
         }
+        self.no_signals += u64::from(r.signals.tls.is_none());
         let req = Request {
             path: r.path,
             method: r.method,
             ua: r.ua,
             xff: r.xff,
             downstream: (!self.downstream.is_empty()).then_some(self.downstream.as_bytes()),
+            signals: r.signals,
         };
         let offline = &self.offline;
         let verdicts = &mut self.verdicts;

@@ -231,6 +231,14 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
                 .to_string(),
         );
     }
+    if j.no_browser_signals > 0 {
+        notes.push(format!(
+            "{} requests were logged without tls, proto, ja4, asn, sfs and chua: the browser \
+             checks that read them passed (log them as envoy/envoy-tls.yaml does to replay \
+             the checks)",
+            j.no_browser_signals
+        ));
+    }
     if j.unresolved > 0 {
         notes.push(format!(
             "{} requests were left waiting for a verdict",
