@@ -21,6 +21,7 @@
 
 mod browser_checks;
 mod markdown;
+mod signed_agents;
 mod validate;
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,7 @@ use std::fmt;
 
 pub use browser_checks::{BrowserCheck, BrowserVersion};
 pub use markdown::{begin_marker, end_marker};
+pub use signed_agents::{is_agent_origin, SignedAgent, DIRECTORY_PATH, MAX_ORIGIN_LEN};
 pub use validate::is_range_url;
 
 /// The catalog data file, as embedded at build time.
@@ -197,6 +199,10 @@ pub struct Catalog {
     pub browser_checks: Vec<BrowserCheck>,
     /// The bots, in match order.
     pub bots: Vec<Bot>,
+    /// Agents that sign their requests (Web Bot Auth): a verified signature gives the
+    /// agent's class and bot id, whatever the User-Agent says.
+    #[serde(default)]
+    pub signed_agents: Vec<SignedAgent>,
 }
 
 /// Why a catalog was refused: the entry and field, and the rule it breaks.
