@@ -37,6 +37,12 @@ pub struct Config {
     pub bots_mode: BotsMode,
     /// Per-bot verification methods.
     pub bots: Vec<BotConfig>,
+    /// Signed agents (Web Bot Auth): allowed origins, directory fetching, signature window.
+    pub agents: crate::agents::AgentsConfig,
+    /// Tests only (`--allow-loopback-agent-directories`): agent key directories may be on
+    /// loopback. Never in the file.
+    #[serde(skip)]
+    pub allow_loopback_agent_directories: bool,
 }
 
 /// DNS resolution settings.
@@ -200,6 +206,8 @@ impl Default for Config {
             ranges: RangesConfig::default(),
             bots_mode: BotsMode::Merge,
             bots: Vec::new(),
+            agents: crate::agents::AgentsConfig::default(),
+            allow_loopback_agent_directories: false,
         }
     }
 }
@@ -340,6 +348,7 @@ impl Config {
             return err("cache.max_entries: must be at least 1".into());
         }
         self.redis.validate()?;
+        self.agents.validate().map_err(ConfigError)?;
         for (name, v) in [
             ("ttl.verified_s", self.ttl.verified_s),
             ("ttl.spoofed_s", self.ttl.spoofed_s),
