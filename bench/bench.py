@@ -995,7 +995,8 @@ def main():
     for tool in ("wrk",):
         if not shutil.which(tool):
             sys.exit(f"{tool} not found: run `make bench` (it installs it)")
-    sh(["cargo", "build", "-q", "--release", "--target", "wasm32-wasip1", "-p", "crawlguard"],
+    sh(["cargo", "build", "-q", "--release", "--target", "wasm32-wasip1", "-p", "crawlguard",
+        "--config", 'profile.release.opt-level="z"'],
        cwd=ROOT)
     # cargo puts its unoptimised module back on every build: the bench measures what
     # `make build` ships (wasm-opt -O3, scripts/optimize-wasm.sh).

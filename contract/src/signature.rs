@@ -13,7 +13,7 @@
 //!
 //! Compatibility rule: a reader ignores fields it does not know; a `result` it does not know
 //! is no result (the filter counts it as a verifier error, never as a verdict); `nonce` and
-//! `expires` may be absent (`null`/missing: no nonce; no expiry known).
+//! `valid_until` may be absent (`null`/missing: no nonce; no end known).
 
 use serde::{Deserialize, Serialize};
 
@@ -131,12 +131,14 @@ pub struct Answer {
     #[serde(default)]
     pub keyid: String,
     /// The signature's `nonce`, if it has one: with `verified`, the filter accepts it once
-    /// until `expires`.
+    /// until `valid_until`.
     #[serde(default)]
     pub nonce: Option<String>,
-    /// The signature's `expires`, seconds since the Unix epoch.
+    /// The last second (since the Unix epoch) the sidecar would still accept this
+    /// signature: its `expires` plus the allowed clock skew. Its nonce must be remembered
+    /// until then.
     #[serde(default)]
-    pub expires: Option<u64>,
+    pub valid_until: Option<u64>,
 }
 
 impl Answer {
@@ -163,11 +165,11 @@ mod tests {
             agent: "https://chatgpt.com".into(),
             keyid: "poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U".into(),
             nonce: Some("n1".into()),
-            expires: Some(1_735_693_200),
+            valid_until: Some(1_735_693_260),
         };
         assert_eq!(
             a.to_json(),
-            r#"{"result":"verified","agent":"https://chatgpt.com","keyid":"poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U","nonce":"n1","expires":1735693200}"#
+            r#"{"result":"verified","agent":"https://chatgpt.com","keyid":"poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U","nonce":"n1","valid_until":1735693260}"#
         );
         assert_eq!(Answer::from_json(a.to_json().as_bytes()), Ok(a));
         for o in Outcome::ALL {
@@ -180,7 +182,7 @@ mod tests {
     fn unknown_fields_are_ignored_and_an_unknown_result_is_refused() {
         let a = Answer::from_json(br#"{"result":"bad_signature","extra":1}"#).unwrap();
         assert_eq!(a.result, Outcome::BadSignature);
-        assert_eq!((a.agent.as_str(), a.nonce, a.expires), ("", None, None));
+        assert_eq!((a.agent.as_str(), a.nonce, a.valid_until), ("", None, None));
         assert!(Answer::from_json(br#"{"result":"revoked"}"#).is_err());
         assert!(Answer::from_json(b"").is_err());
     }

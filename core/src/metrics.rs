@@ -12,6 +12,8 @@
 //! - `crawlguard.exempt`: exempt paths (decided before any classification);
 //! - `crawlguard.browser_check.<id>.inconsistent`: `human` requests that failed a browser
 //!   check of the catalog (enforced: class `suspect_browser`; shadow mode: still `human`);
+//! - `crawlguard.signature.<event>`, event in [`SignatureEvent::names`]: signed requests of a
+//!   known agent, by what their check found (with `signed_agents` on);
 //! - `crawlguard.stats.flushes`: flushes of the counters below (see [`CounterBuffer`]);
 //! - `crawlguard.route.<route>.limited` (enforced and shadow);
 //! - `crawlguard.store.<event>`, event in [`STORE_EVENTS`]: shared-store trouble, each of
@@ -34,6 +36,7 @@ use crate::config::Config;
 use crate::identity::class::{Class, PerClass};
 use crate::limits::escalation::Visit;
 use crate::limits::limiter::{Decision, LimitResult};
+use crawlguard_contract::signature::Outcome;
 
 /// Decisions counted per class.
 pub const DECISIONS: [&str; 7] = [
@@ -271,6 +274,8 @@ pub struct Metrics {
     rewrite_status: Vec<(u16, Id)>,
     /// `crawlguard.browser_check.<id>.inconsistent`, per catalog browser check.
     browser_check: Vec<Id>,
+    /// `crawlguard.signature.<event>`, in [`SignatureEvent::names`] order.
+    signature: Vec<Id>,
     /// Per route (shedding only).
     pub route_gauges: Vec<RouteGauges>,
     /// Fleet mode only.
@@ -348,6 +353,11 @@ impl Metrics {
             .iter()
             .map(|c| define(&format!("crawlguard.browser_check.{}.inconsistent", c.id)))
             .collect();
+        if cfg.signed_agents.enabled() {
+            m.signature = SignatureEvent::names()
+                .map(|e| define(&format!("crawlguard.signature.{e}")))
+                .collect();
+        }
         m.route_limited = (0..=cfg.routes.len())
             .map(|i| define(&format!("crawlguard.route.{}.limited", cfg.route_name(i))))
             .collect();
@@ -431,6 +441,14 @@ impl Metrics {
         }
     }
 
+    /// Counts signature event `e` on `host`.
+    pub fn count_signature(&self, host: &mut dyn crate::host::Host, e: SignatureEvent) {
+        bump(
+            self.signature.get(e.index()).copied().flatten(),
+            &mut |id| host.increment(id),
+        );
+    }
+
     /// Counts verification event `e` on `host`.
     pub fn count_verify(&self, host: &mut dyn crate::host::Host, e: VerifyEvent) {
         self.record_verify(e, &mut |id| host.increment(id));
@@ -459,6 +477,58 @@ impl Metrics {
         }
         let status = self.rewrite_status.iter().find(|(s, _)| *s == plan.status);
         bump(status.and_then(|(_, id)| *id), inc);
+    }
+}
+
+/// What a signed request of a known agent came to (`crawlguard.signature.<event>`): the
+/// sidecar's outcome ([`Outcome`]), or the filter's own findings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignatureEvent {
+    /// The sidecar's answer.
+    Outcome(Outcome),
+    /// A verified signature whose nonce was already accepted within its window.
+    Replayed,
+    /// A verified signature whose nonce could not be recorded (the nonce store is full of
+    /// nonces still in their windows, or shared data failed): `verifier.on_error`.
+    NonceStoreFull,
+    /// No answer: the callout failed, timed out, answered another status (`503`: no key
+    /// directory) or a malformed body, or too many checks were in flight:
+    /// `verifier.on_error`.
+    Error,
+}
+
+impl SignatureEvent {
+    /// The filter's own events, after the outcomes.
+    const EXTRA: [SignatureEvent; 3] = [
+        SignatureEvent::Replayed,
+        SignatureEvent::NonceStoreFull,
+        SignatureEvent::Error,
+    ];
+
+    /// The counter name part.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SignatureEvent::Outcome(o) => o.as_str(),
+            SignatureEvent::Replayed => "replayed",
+            SignatureEvent::NonceStoreFull => "nonce_store_full",
+            SignatureEvent::Error => "error",
+        }
+    }
+
+    /// Every event's name, in counter order.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        Outcome::ALL
+            .into_iter()
+            .map(SignatureEvent::Outcome)
+            .chain(Self::EXTRA)
+            .map(SignatureEvent::as_str)
+    }
+
+    fn index(self) -> usize {
+        match self {
+            SignatureEvent::Outcome(o) => Outcome::ALL.iter().position(|x| *x == o).unwrap_or(0),
+            e => Outcome::ALL.len() + Self::EXTRA.iter().position(|x| *x == e).unwrap_or(0),
+        }
     }
 }
 
@@ -541,7 +611,7 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 9 * 10 + 1 + 2 + 4 + 14 + 5 + 2 + 1 + 2);
+        assert_eq!(n.len(), 9 * 10 + 1 + 2 + 14 + 4 + 14 + 5 + 2 + 1 + 2);
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
         assert_eq!(n[4], "crawlguard.class.search_crawler.malformed");
         assert_eq!(n[5], "crawlguard.class.search_crawler.retry_after_ignored");
@@ -550,8 +620,11 @@ mod tests {
             n[91],
             "crawlguard.browser_check.fetch_metadata.inconsistent"
         );
-        assert_eq!(n[93], "crawlguard.route.api.limited");
-        assert_eq!(n[94], "crawlguard.route.default.limited");
+        assert_eq!(n[93], "crawlguard.signature.verified");
+        assert_eq!(n[104], "crawlguard.signature.replayed");
+        assert_eq!(n[106], "crawlguard.signature.error");
+        assert_eq!(n[107], "crawlguard.route.api.limited");
+        assert_eq!(n[108], "crawlguard.route.default.limited");
         assert_eq!(
             n.get(n.len() - 2).map(String::as_str),
             Some("crawlguard.rewrite.status_503")

@@ -18,6 +18,7 @@ use crate::config::{Config, KeyKind};
 use crate::host::{ContextId, Host, LocalReply};
 use crate::identity::browser_checks;
 use crate::identity::class::Class;
+use crate::identity::signed_agents::{self, Signed};
 use crate::identity::verification::{VerificationState, VerifyParts};
 use crate::identity::verifier_flights::Waiter;
 use crate::limits::limiter::{Decision, Limiter, RequestKeys, Reservation};
@@ -173,6 +174,26 @@ impl RequestState {
             w.metrics.record_exempt(&mut |id| host.increment(id));
             self.phase = Phase::Exempt;
             return Step::Continue;
+        }
+        // A verified signature names the agent whatever its User-Agent says, so it is
+        // decided first (a signing agent sends a browser's User-Agent).
+        let waiter = |deadline_ns| Waiter {
+            context,
+            handle: me.clone(),
+            deadline_ns,
+        };
+        match signed_agents::judge(w.verify(), host, waiter) {
+            Signed::Unsigned => {}
+            Signed::Class(class, agent) => {
+                facts.claimed = Some(agent.class);
+                return self.decide(w, host, &facts, class, Some(&agent.id));
+            }
+            Signed::Wait(agent) => {
+                facts.claimed = Some(agent.class);
+                facts.bot = Some(agent.id.clone());
+                self.phase = Phase::AwaitingVerdict(Box::new(facts));
+                return Step::Pause;
+            }
         }
         let ua = host.request_header("user-agent");
         let c = cfg.classifier.classify(ua.as_deref());

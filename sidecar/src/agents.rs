@@ -197,12 +197,12 @@ impl Agents {
     /// Checks one signed request at `now` (`Err`: its directory cannot be had).
     pub async fn check(&self, req: &Request, now: SystemTime) -> Result<Answer, LookupError> {
         let now_s = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let answer = |result, agent: String, keyid: String, nonce, expires| Answer {
+        let answer = |result, agent: String, keyid: String, nonce, valid_until| Answer {
             result,
             agent,
             keyid,
             nonce,
-            expires,
+            valid_until,
         };
         let p = match message::prepare(req, now_s, self.window) {
             Ok(p) => p,
@@ -222,7 +222,8 @@ impl Agents {
             }
             None => Outcome::UnknownKey,
         };
-        Ok(answer(result, p.agent, p.keyid, p.nonce, Some(p.expires)))
+        let valid_until = p.expires.saturating_add(self.window.max_skew_s);
+        Ok(answer(result, p.agent, p.keyid, p.nonce, Some(valid_until)))
     }
 }
 

@@ -47,9 +47,9 @@ pub fn is_agent_origin(origin: &str) -> bool {
         return false;
     };
     let host_port_ok = !rest.is_empty()
-        && rest.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || b"-.:[]".contains(&b)
-        });
+        && rest
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-.:[]".contains(&b));
     let port_ok = match rest.rsplit_once(':') {
         // An IPv6 literal has colons inside its brackets.
         Some((host, port)) if !port.contains(']') => {
@@ -87,7 +87,10 @@ impl Catalog {
             if !is_agent_origin(&a.origin) {
                 return err(
                     "origin",
-                    format!("{:?} is not https://<host>[:<port>] without a path", a.origin),
+                    format!(
+                        "{:?} is not https://<host>[:<port>] without a path",
+                        a.origin
+                    ),
                 );
             }
             if !origins.insert(a.origin.as_str()) {
@@ -109,7 +112,8 @@ impl Catalog {
 
     /// The README's table of signed agents: id, origin, class, source.
     pub fn markdown_signed_agents(&self) -> String {
-        let mut out = String::from("| id | Signature-Agent origin | class | source |\n|---|---|---|---|\n");
+        let mut out =
+            String::from("| id | Signature-Agent origin | class | source |\n|---|---|---|---|\n");
         for a in &self.signed_agents {
             let source = self
                 .sources
@@ -182,7 +186,10 @@ mod tests {
         let mut c = Catalog::builtin().unwrap();
         c.signed_agents[0].origin = "http://chatgpt.com".into();
         let e = c.validate().unwrap_err().0;
-        assert!(e.contains(".origin: \"http://chatgpt.com\" is not https://"), "{e}");
+        assert!(
+            e.contains(".origin: \"http://chatgpt.com\" is not https://"),
+            "{e}"
+        );
         let mut c = Catalog::builtin().unwrap();
         c.signed_agents[0].class = BotClass::OtherBot;
         let e = c.validate().unwrap_err().0;

@@ -59,6 +59,8 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     }
     let shedding = compile_shedding(&raw.shedding, &raw.routes, raw.mode)?;
     let browser_checks = compile_browser_checks(&raw.browser_checks)?;
+    let bot_ids: Vec<&str> = classifier.entries().iter().map(|b| b.id.as_str()).collect();
+    let signed_agents = super::signed_agents::compile(&raw.signed_agents, &bot_ids)?;
     compile_rewrite(&raw.rewrite, &shedding.retry_after)?;
     let degraded = match &raw.degraded {
         None => None,
@@ -66,6 +68,7 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     };
     Ok(Config {
         browser_checks,
+        signed_agents,
         mode: raw.mode,
         client_ip,
         classifier,

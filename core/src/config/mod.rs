@@ -20,6 +20,7 @@ mod headers;
 mod limits;
 mod raw;
 mod sections;
+mod signed_agents;
 mod warnings;
 
 use crate::identity::class::{Class, PerClass};
@@ -35,6 +36,7 @@ pub use sections::{
     BrowserCheckMode, BrowserChecks, DegradedShare, FleetConfig, OnError, RewriteConfig,
     ShedThresholds, Shedding, StoreConfig, VerifierConfig,
 };
+pub use signed_agents::{SignedAgent, SignedAgents, SignedAgentsMode, DEFAULT_NONCE_SLOTS};
 
 /// The embedded default configuration (also shipped as `envoy/crawlguard.default.json`).
 pub const DEFAULT_CONFIG_JSON: &str = include_str!("../../../envoy/crawlguard.default.json");
@@ -362,6 +364,8 @@ pub struct Config {
     pub shedding: Shedding,
     /// `browser_checks`: each catalog browser check's mode.
     pub browser_checks: BrowserChecks,
+    /// `signed_agents`: Web Bot Auth signatures and the agents they name.
+    pub signed_agents: SignedAgents,
     /// Lowercase response header the origin sets on degraded pages; such a 200 becomes a 503
     /// for crawler classes (soft-404 guard). `None` = off.
     pub degraded: Option<String>,

@@ -79,6 +79,8 @@ pub(super) struct RawConfig {
     pub(super) shedding: RawShedding,
     #[serde(default, deserialize_with = "unique_keys")]
     pub(super) browser_checks: BTreeMap<String, BrowserCheckMode>,
+    #[serde(default)]
+    pub(super) signed_agents: super::signed_agents::RawSignedAgents,
 }
 
 #[derive(Debug, Default, Deserialize)]
