@@ -18,7 +18,6 @@ use crate::config::{Config, KeyKind};
 use crate::host::{ContextId, Host, LocalReply};
 use crate::identity::browser_checks;
 use crate::identity::class::Class;
-use crate::identity::signed_agents::{self, Signed};
 use crate::identity::verification::{VerificationState, VerifyParts};
 use crate::identity::verifier_flights::Waiter;
 use crate::limits::limiter::{Decision, Limiter, RequestKeys, Reservation};
@@ -166,7 +165,7 @@ impl RequestState {
         // other than an exempt path sets the header with one replace call, which in Envoy
         // removes every line the client sent before adding ours (integration tests send
         // several lines and see one value upstream), so only an exempt path removes it.
-        let mut facts = Facts::read(cfg, host);
+        let facts = Facts::read(cfg, host);
         if facts.exempt {
             host.set_request_header(&cfg.class_header, None);
             // Before classification and verification: robots.txt and sitemaps are never
@@ -175,26 +174,11 @@ impl RequestState {
             self.phase = Phase::Exempt;
             return Step::Continue;
         }
-        // A verified signature names the agent whatever its User-Agent says, so it is
-        // decided first (a signing agent sends a browser's User-Agent).
-        let waiter = |deadline_ns| Waiter {
-            context,
-            handle: me.clone(),
-            deadline_ns,
+        // A verified signature names the agent whatever its User-Agent says: decided first.
+        let mut facts = match self.on_signature(&me, context, w, host, facts) {
+            Ok(step) => return step,
+            Err(unsigned) => unsigned,
         };
-        match signed_agents::judge(w.verify(), host, waiter) {
-            Signed::Unsigned => {}
-            Signed::Class(class, agent) => {
-                facts.claimed = Some(agent.class);
-                return self.decide(w, host, &facts, class, Some(&agent.id));
-            }
-            Signed::Wait(agent) => {
-                facts.claimed = Some(agent.class);
-                facts.bot = Some(agent.id.clone());
-                self.phase = Phase::AwaitingVerdict(Box::new(facts));
-                return Step::Pause;
-            }
-        }
         let ua = host.request_header("user-agent");
         let c = cfg.classifier.classify(ua.as_deref());
         let class = match c.bot {

@@ -70,6 +70,10 @@ pub struct AgentsConfig {
     pub refetch_unknown_key_s: u64,
     /// PEM file of CA certificates trusted besides the built-in Mozilla roots (`""`: none).
     pub extra_ca_file: PathBuf,
+    /// Tests only (`--allow-loopback-agent-directories`): directories may be on loopback.
+    /// Never read from the file.
+    #[serde(skip)]
+    pub allow_loopback: bool,
 }
 
 impl Default for AgentsConfig {
@@ -88,6 +92,7 @@ impl Default for AgentsConfig {
             retry_after_failure_s: 10,
             refetch_unknown_key_s: 60,
             extra_ca_file: PathBuf::new(),
+            allow_loopback: false,
         }
     }
 }
@@ -156,14 +161,14 @@ pub struct Agents {
 
 impl Agents {
     /// The service for `cfg`; directories are cached on disk under `cache_dir/agents` when
-    /// set (those of allowed origins are loaded now). `allow_loopback` is for tests only.
-    /// Fails when the extra CA file cannot be read or the TLS client cannot be built.
+    /// set (those of allowed origins are loaded now). Fails when the extra CA file cannot be
+    /// read or the TLS client cannot be built.
     pub fn new(
         cfg: &AgentsConfig,
         cache_dir: Option<PathBuf>,
-        allow_loopback: bool,
         metrics: AgentMetrics,
     ) -> Result<Agents, String> {
+        let allow_loopback = cfg.allow_loopback;
         let pem = if cfg.extra_ca_file.as_os_str().is_empty() {
             None
         } else {

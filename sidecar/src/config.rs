@@ -39,10 +39,6 @@ pub struct Config {
     pub bots: Vec<BotConfig>,
     /// Signed agents (Web Bot Auth): allowed origins, directory fetching, signature window.
     pub agents: crate::agents::AgentsConfig,
-    /// Tests only (`--allow-loopback-agent-directories`): agent key directories may be on
-    /// loopback. Never in the file.
-    #[serde(skip)]
-    pub allow_loopback_agent_directories: bool,
 }
 
 /// DNS resolution settings.
@@ -207,7 +203,6 @@ impl Default for Config {
             bots_mode: BotsMode::Merge,
             bots: Vec::new(),
             agents: crate::agents::AgentsConfig::default(),
-            allow_loopback_agent_directories: false,
         }
     }
 }

@@ -151,7 +151,7 @@ struct Cli {
 
 impl Cli {
     fn apply(&self, c: &mut Config) {
-        c.allow_loopback_agent_directories = self.allow_loopback_agent_directories;
+        c.agents.allow_loopback = self.allow_loopback_agent_directories;
         if let Some(v) = self.listen {
             c.listen = v;
         }

@@ -148,7 +148,6 @@ pub async fn serve(
     let agents = crate::agents::Agents::new(
         &config.agents,
         config.ranges.cache_dir().map(std::path::PathBuf::from),
-        config.allow_loopback_agent_directories,
         metrics.agents.clone(),
     )
     .map_err(anyhow::Error::msg)

@@ -89,24 +89,24 @@ pub(super) fn compile(
         let field = |f: &str| format!("signed_agents.agents[{i}].{f}");
         if !is_valid_bot_id(&a.id) || bot_ids.contains(&a.id.as_str()) {
             return Err(err(
-                &field("id"),
+                field("id"),
                 "must be 1..=64 bytes of [a-z0-9._-] and no bot's id",
             ));
         }
         if !is_agent_origin(&a.origin) {
             return Err(err(
-                &field("origin"),
+                field("origin"),
                 "must be https://<host>[:<port>], lowercase, without a path",
             ));
         }
         if agents.iter().any(|b| b.id == a.id || b.origin == a.origin) {
-            return Err(err(&field("id"), "an earlier agent has this id or origin"));
+            return Err(err(field("id"), "an earlier agent has this id or origin"));
         }
         let class = Class::parse(&a.class)
             .filter(|c| c.is_crawler())
             .ok_or_else(|| {
                 err(
-                    &field("class"),
+                    field("class"),
                     "must be search_crawler, ai_retriever or ai_trainer",
                 )
             })?;

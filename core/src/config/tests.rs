@@ -917,7 +917,10 @@ fn a_modes_name_is_what_the_configuration_says() {
 #[test]
 fn signed_agents_extend_the_catalogs_and_are_checked_with_their_field_path() {
     let c = parse(b"{}").expect("defaults");
-    assert_eq!(c.signed_agents.mode, crate::config::SignedAgentsMode::Enforce);
+    assert_eq!(
+        c.signed_agents.mode,
+        crate::config::SignedAgentsMode::Enforce
+    );
     assert_eq!(c.signed_agents.nonce_slots, 16_384);
     assert_eq!(
         c.signed_agents
@@ -933,7 +936,10 @@ fn signed_agents_extend_the_catalogs_and_are_checked_with_their_field_path() {
             {"id":"chatgpt-agent","origin":"https://chatgpt.example","class":"ai_trainer"}]}}"#,
     )
     .expect("valid");
-    assert_eq!(c.signed_agents.mode, crate::config::SignedAgentsMode::Shadow);
+    assert_eq!(
+        c.signed_agents.mode,
+        crate::config::SignedAgentsMode::Shadow
+    );
     // A configured id replaces the catalog's entry.
     assert_eq!(
         c.signed_agents
@@ -947,14 +953,35 @@ fn signed_agents_extend_the_catalogs_and_are_checked_with_their_field_path() {
         ]
     );
     for (json, path) in [
-        (r#"{"signed_agents":{"agents":[{"id":"googlebot","origin":"https://a.example","class":"ai_retriever"}]}}"#, "signed_agents.agents[0].id"),
-        (r#"{"signed_agents":{"agents":[{"id":"a","origin":"http://a.example","class":"ai_retriever"}]}}"#, "signed_agents.agents[0].origin"),
-        (r#"{"signed_agents":{"agents":[{"id":"a","origin":"https://a.example/x","class":"ai_retriever"}]}}"#, "signed_agents.agents[0].origin"),
-        (r#"{"signed_agents":{"agents":[{"id":"a","origin":"https://a.example","class":"human"}]}}"#, "signed_agents.agents[0].class"),
-        (r#"{"signed_agents":{"agents":[{"id":"a","origin":"https://a.example","class":"ai_retriever"},{"id":"b","origin":"https://a.example","class":"ai_retriever"}]}}"#, "signed_agents.agents[1].id"),
-        (r#"{"signed_agents":{"nonce_slots":8}}"#, "signed_agents.nonce_slots"),
+        (
+            r#"{"signed_agents":{"agents":[{"id":"googlebot","origin":"https://a.example","class":"ai_retriever"}]}}"#,
+            "signed_agents.agents[0].id",
+        ),
+        (
+            r#"{"signed_agents":{"agents":[{"id":"a","origin":"http://a.example","class":"ai_retriever"}]}}"#,
+            "signed_agents.agents[0].origin",
+        ),
+        (
+            r#"{"signed_agents":{"agents":[{"id":"a","origin":"https://a.example/x","class":"ai_retriever"}]}}"#,
+            "signed_agents.agents[0].origin",
+        ),
+        (
+            r#"{"signed_agents":{"agents":[{"id":"a","origin":"https://a.example","class":"human"}]}}"#,
+            "signed_agents.agents[0].class",
+        ),
+        (
+            r#"{"signed_agents":{"agents":[{"id":"a","origin":"https://a.example","class":"ai_retriever"},{"id":"b","origin":"https://a.example","class":"ai_retriever"}]}}"#,
+            "signed_agents.agents[1].id",
+        ),
+        (
+            r#"{"signed_agents":{"nonce_slots":8}}"#,
+            "signed_agents.nonce_slots",
+        ),
         (r#"{"signed_agents":{"mode":"loud"}}"#, "signed_agents.mode"),
-        (r#"{"signed_agents":{"agents":[],"extra":1}}"#, "signed_agents.extra"),
+        (
+            r#"{"signed_agents":{"agents":[],"extra":1}}"#,
+            "signed_agents.extra",
+        ),
     ] {
         let e = parse(json.as_bytes()).expect_err(json);
         assert_eq!(e.path, path, "{json}: {e}");

@@ -13,6 +13,8 @@ pub mod client_ip;
 pub mod nonce_store;
 pub mod published_ranges;
 pub mod signature_callouts;
+pub mod signature_checks;
+pub mod signature_event;
 pub mod signed_agents;
 pub mod ua_automaton;
 pub mod verdict_cache;

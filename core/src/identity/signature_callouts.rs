@@ -19,9 +19,9 @@ use crate::config::SignedAgent;
 use crate::host::{Callout, Host};
 use crate::identity::class::Class;
 use crate::identity::nonce_store::Accepted;
+use crate::identity::signature_event::SignatureEvent;
 use crate::identity::signed_agents::on_error_class;
 use crate::identity::verification::{Resolution, VerifyParts, NS_PER_MS, NS_PER_S};
-use crate::metrics::SignatureEvent;
 use crawlguard_contract::signature::{Answer, Outcome, PATH};
 
 /// The class and event of one answer about a signature of `agent` at `now_ns`.

@@ -14,7 +14,7 @@ use crate::host::Host;
 use crate::identity::class::Class;
 use crate::identity::nonce_store::NonceStore;
 use crate::identity::published_ranges::RangesState;
-use crate::identity::signed_agents::SignatureChecks;
+use crate::identity::signature_checks::SignatureChecks;
 use crate::identity::verdict_cache::{ClaimEntry, VerdictCache};
 use crate::identity::verifier_answer::{self, VerifyError};
 use crate::identity::verifier_flights::{Claim, Flights, Joined, Waiter};
