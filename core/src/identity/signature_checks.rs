@@ -120,3 +120,56 @@ impl<W> SignatureChecks<W> {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(deadline_ns: u64, waiter: bool) -> SignatureCheck<u32> {
+        SignatureCheck {
+            waiter: waiter.then_some(Waiter {
+                context: 7,
+                handle: 7,
+                deadline_ns,
+            }),
+            agent: 0,
+            body: b"{}".to_vec(),
+            state: FlightState::Queued,
+            deadline_ns,
+        }
+    }
+
+    #[test]
+    fn checks_are_sent_answered_by_token_and_bounded() {
+        let mut c = SignatureChecks::default();
+        let a = c.add(check(100, true)).unwrap();
+        let b = c.add(check(200, false)).unwrap();
+        assert_eq!(c.queued().iter().map(|q| q.0).collect::<Vec<_>>(), vec![a, b]);
+        c.dispatched(a, 41);
+        assert_eq!(c.queued().len(), 1);
+        assert!(c.take_by_token(40).is_none());
+        let answered = c.take_by_token(41).unwrap();
+        assert!(answered.waiter.is_some() && answered.body.is_empty());
+        assert_eq!(c.len(), 1);
+        for _ in 1..MAX_CHECKS {
+            assert!(c.add(check(300, true)).is_some());
+        }
+        assert!(c.add(check(300, true)).is_none());
+    }
+
+    #[test]
+    fn late_waiters_are_given_up_and_dispatched_checks_stay_for_their_answer() {
+        let mut c = SignatureChecks::default();
+        let a = c.add(check(100, true)).unwrap();
+        let _queued = c.add(check(100, true)).unwrap();
+        let _later = c.add(check(500, true)).unwrap();
+        c.dispatched(a, 9);
+        let (late, dropped) = c.expire(100);
+        assert_eq!((late.len(), dropped), (2, 1));
+        // The dispatched one stays, without its waiter; the later one keeps its own.
+        assert_eq!(c.len(), 2);
+        assert!(c.take_by_token(9).is_some_and(|x| x.waiter.is_none()));
+        assert_eq!(c.drain().len(), 1);
+        assert!(c.is_empty());
+    }
+}

@@ -30,7 +30,9 @@ use crawlguard_contract::signature::{Outcome, Request, MAX_HEADERS, MAX_REQUEST_
 pub enum Signed<'c> {
     /// No signature of a known agent: decide as if unsigned.
     Unsigned,
-    /// Decided without an answer (`verifier.on_error`: no clock, too many checks).
+    /// Decided without an answer: `spoofed` for a signed request too large to check
+    /// (more than the contract's bounds), `verifier.on_error` when no check can be made
+    /// (no clock, too many checks in flight, no wake-up).
     Class(Class, &'c SignedAgent),
     /// Paused until the sidecar answers.
     Wait(&'c SignedAgent),
