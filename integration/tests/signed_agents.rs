@@ -176,7 +176,8 @@ struct World {
     cache_dir: tempfile::TempDir,
 }
 
-async fn world(mode: &str, max_age_s: u32) -> World {
+/// `agent_burst`: the per-agent bucket (`bot` key) of `ai_retriever`.
+async fn world(mode: &str, max_age_s: u32, agent_burst: u32) -> World {
     let certs = tempfile::tempdir().expect("tempdir");
     python(&["certs", certs.path().to_str().expect("path")], None);
     let (key, key2) = (keygen(), keygen());
@@ -218,7 +219,9 @@ async fn world(mode: &str, max_age_s: u32) -> World {
         "verifier": {"timeout_ms": 4000},
         "limits": [
             Limit::per_ip("everyone", 1000),
-            Limit::per_ip("agent_per_bot", 3).class("ai_retriever").key("bot"),
+            Limit::per_ip("agent_per_bot", agent_burst)
+                .class("ai_retriever")
+                .key("bot"),
         ],
     });
     let stack = Stack::start_without_dns(
@@ -286,7 +289,7 @@ impl World {
 
 #[tokio::test]
 async fn a_signed_agent_is_classed_as_itself_and_limited_per_agent() {
-    let w = world("enforce", 60).await;
+    let w = world("enforce", 60, 3).await;
     // Three addresses, one agent: its bucket (burst 3) is the agent's, not the address's.
     let mut classes = Vec::new();
     for (i, from) in [2u8, 3, 4, 5].into_iter().enumerate() {
@@ -350,7 +353,7 @@ async fn signature_counters(w: &World) -> std::collections::BTreeMap<String, u64
 
 #[tokio::test]
 async fn every_failure_is_refused_with_its_reason() {
-    let w = world("enforce", 60).await;
+    let w = world("enforce", 60, 1000).await;
     let now = now_s();
     let good = |path: &'static str| w.good(&w.key, &w.agent, path);
     let stranger = keygen();
@@ -475,7 +478,7 @@ async fn every_failure_is_refused_with_its_reason() {
 #[tokio::test]
 async fn the_last_keys_stay_in_use_when_the_directory_or_the_sidecar_is_down() {
     // The directory may be cached for 1 s only.
-    let mut w = world("enforce", 1).await;
+    let mut w = world("enforce", 1, 1000).await;
     let r = w
         .send(2, "/1", &sign(&w.good(&w.key, &w.agent, "/1")))
         .await;
@@ -539,7 +542,7 @@ async fn the_last_keys_stay_in_use_when_the_directory_or_the_sidecar_is_down() {
 
 #[tokio::test]
 async fn shadow_mode_counts_what_enforcing_would_change() {
-    let w = world("shadow", 60).await;
+    let w = world("shadow", 60, 1000).await;
     let ok = sign(&w.good(&w.key, &w.agent, "/s"));
     let r = w.send(2, "/s", &ok).await;
     assert_eq!((r.status, r.upstream_class()), (200, Some("human")));

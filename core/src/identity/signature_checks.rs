@@ -144,7 +144,10 @@ mod tests {
         let mut c = SignatureChecks::default();
         let a = c.add(check(100, true)).unwrap();
         let b = c.add(check(200, false)).unwrap();
-        assert_eq!(c.queued().iter().map(|q| q.0).collect::<Vec<_>>(), vec![a, b]);
+        assert_eq!(
+            c.queued().iter().map(|q| q.0).collect::<Vec<_>>(),
+            vec![a, b]
+        );
         c.dispatched(a, 41);
         assert_eq!(c.queued().len(), 1);
         assert!(c.take_by_token(40).is_none());
