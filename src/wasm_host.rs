@@ -320,6 +320,12 @@ impl Host for WasmHost {
             .is_some_and(|v| !v.is_empty())
     }
 
+    fn request_protocol(&mut self) -> Option<Vec<u8>> {
+        const PATH: &[u8] = b"request\0protocol";
+        // SAFETY: PATH is static; the out-pointers are live locals of get_bytes.
+        get_bytes(|d, s| unsafe { proxy_get_property(PATH.as_ptr(), PATH.len(), d, s) })
+    }
+
     fn response_header(&mut self, name: &str) -> Option<Vec<u8>> {
         map_value(RESPONSE_HEADERS, name)
     }

@@ -69,6 +69,7 @@ impl Bench {
             client_ip: ip,
             bot: r.bot,
             path: r.path,
+            asn: None,
             key_headers: &headers,
             verified_claim: false,
         };
@@ -295,6 +296,7 @@ fn a_compound_key_naming_too_many_combinations_is_malformed() {
             client_ip: "192.0.2.1".parse().ok(),
             bot: None,
             path: b"/",
+            asn: None,
             key_headers: &headers,
             verified_claim: false,
         };

@@ -101,7 +101,8 @@ fn an_unknown_check_or_mode_is_refused_with_its_path() {
     assert_eq!(
         err(r#"{"browser_checks":{"ja4":"enforce"}}"#),
         Err(
-            "browser_checks.ja4: unknown check (the catalog has fetch_metadata, client_hints)"
+            "browser_checks.ja4: unknown check (the catalog has fetch_metadata, client_hints, \
+             tls_fingerprint, http_version, network)"
                 .to_string()
         )
     );
@@ -112,7 +113,10 @@ fn an_unknown_check_or_mode_is_refused_with_its_path() {
     );
     assert_eq!(
         err(r#"{"browser_checks":{"client_hints":"off","client_hints":"off"}}"#),
-        Err("browser_checks: duplicate key \"client_hints\" at line 1 column 54".to_string())
+        Err(
+            "browser_checks.client_hints: duplicate key \"client_hints\" at line 1 column 54"
+                .to_string()
+        )
     );
 }
 

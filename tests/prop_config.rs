@@ -577,10 +577,9 @@ proptest! {
     }
 }
 
-/// Known bug (found by `byte_mutated_documents_never_panic`): an unknown field with an empty
-/// name at the root gives an error with an empty `path`, so the log line reads
-/// `: unknown field ``, ...` and names no field. Nested, the path ends in a bare dot
-/// (`store.`, `limits[0].`).
+/// Found by `byte_mutated_documents_never_panic`: an unknown field with an empty name must
+/// still give a path that names it (`""`, `store.""`), never an empty path or one ending
+/// in a bare dot.
 #[test]
 fn an_empty_field_name_still_gives_a_path() {
     for doc in [r#"{"":1}"#, r#"{"mode":"enforce","":2}"#] {

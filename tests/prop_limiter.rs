@@ -412,6 +412,7 @@ fn keys<'a>(cfg: &crawlguard_core::config::Config, path: &'a str, remote: &str) 
         client_ip: ip,
         bot: None,
         path: path_only(path.as_bytes()),
+        asn: None,
         key_headers: &[],
         verified_claim: false,
     }

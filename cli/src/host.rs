@@ -172,6 +172,10 @@ impl Host for ReplayHost {
         false
     }
 
+    fn request_protocol(&mut self) -> Option<Vec<u8>> {
+        None
+    }
+
     fn response_header(&mut self, name: &str) -> Option<Vec<u8>> {
         (name == ":status").then(|| self.req.status.clone())
     }

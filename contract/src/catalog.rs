@@ -20,6 +20,7 @@
 //! [`end_marker`]).
 
 mod browser_checks;
+mod browser_signals;
 mod markdown;
 mod signed_agents;
 mod validate;
@@ -28,7 +29,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
-pub use browser_checks::{BrowserCheck, BrowserVersion};
+pub use browser_checks::{BrowserCheck, BrowserVersion, Signal, MAX_BROWSER_TOKENS};
+pub use browser_signals::{is_public_asn, DatacenterAsn, LibraryTlsFingerprint};
 pub use markdown::{begin_marker, end_marker};
 pub use signed_agents::{is_agent_origin, SignedAgent, DIRECTORY_PATH, MAX_ORIGIN_LEN};
 pub use validate::is_range_url;
@@ -197,6 +199,14 @@ pub struct Catalog {
     /// `suspect_browser`.
     #[serde(default)]
     pub browser_checks: Vec<BrowserCheck>,
+    /// HTTP libraries' TLS stacks: a browser User-Agent over one of them fails the
+    /// `tls_fingerprint` signal.
+    #[serde(default)]
+    pub library_tls_fingerprints: Vec<LibraryTlsFingerprint>,
+    /// Hosting and cloud networks, ascending: a browser User-Agent from one of them fails
+    /// the `network` signal.
+    #[serde(default)]
+    pub datacenter_asns: Vec<DatacenterAsn>,
     /// The bots, in match order.
     pub bots: Vec<Bot>,
     /// Agents that sign their requests (Web Bot Auth): a verified signature gives the

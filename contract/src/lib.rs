@@ -11,6 +11,7 @@
 //!   in, what its Web Bot Auth signature is worth out).
 //! - [`bot_id`]: what a bot id may look like.
 //! - [`cloud_zones`]: reverse-DNS zones anyone can rent a machine under, never FCrDNS proof.
+//! - [`ja4`]: JA4 TLS fingerprints and the patterns the catalog names TLS stacks by.
 //! - [`catalog`]: the built-in bot catalog, a data file (`catalog/bots.json`) embedded at build
 //!   time: User-Agent tokens and class for the filter, FCrDNS domains and range-file names for
 //!   the sidecar, the vendor's documentation for people.
@@ -37,6 +38,7 @@ pub mod bot_id;
 pub mod catalog;
 pub mod cloud_zones;
 pub mod fleet;
+pub mod ja4;
 pub mod ranges;
 pub mod signature;
 pub mod verify;

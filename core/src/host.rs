@@ -77,6 +77,9 @@ pub trait Host {
     /// Whether the downstream connection is TLS (Envoy's `connection.tls_version` attribute
     /// is set): what the browser checks' `secure_only` needs.
     fn downstream_tls(&mut self) -> bool;
+    /// The request's HTTP version as Envoy's `request.protocol` attribute names it
+    /// (`HTTP/1.0`, `HTTP/1.1`, `HTTP/2`, `HTTP/3`); `None` if the host does not say.
+    fn request_protocol(&mut self) -> Option<Vec<u8>>;
     /// The first value of response header `name` (lowercase), or `:status`.
     fn response_header(&mut self, name: &str) -> Option<Vec<u8>>;
     /// Every line of response header `name`, in order.

@@ -559,7 +559,7 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 9 * 10 + 1 + 2 + 14 + 4 + 14 + 5 + 2 + 1 + 2);
+        assert_eq!(n.len(), 9 * 10 + 1 + 5 + 14 + 4 + 14 + 5 + 2 + 1 + 2);
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
         assert_eq!(n[4], "crawlguard.class.search_crawler.malformed");
         assert_eq!(n[5], "crawlguard.class.search_crawler.retry_after_ignored");
@@ -568,11 +568,12 @@ mod tests {
             n[91],
             "crawlguard.browser_check.fetch_metadata.inconsistent"
         );
-        assert_eq!(n[93], "crawlguard.signature.verified");
-        assert_eq!(n[104], "crawlguard.signature.replayed");
-        assert_eq!(n[106], "crawlguard.signature.error");
-        assert_eq!(n[107], "crawlguard.route.api.limited");
-        assert_eq!(n[108], "crawlguard.route.default.limited");
+        assert_eq!(n[95], "crawlguard.browser_check.network.inconsistent");
+        assert_eq!(n[96], "crawlguard.signature.verified");
+        assert_eq!(n[107], "crawlguard.signature.replayed");
+        assert_eq!(n[109], "crawlguard.signature.error");
+        assert_eq!(n[110], "crawlguard.route.api.limited");
+        assert_eq!(n[111], "crawlguard.route.default.limited");
         assert_eq!(
             n.get(n.len() - 2).map(String::as_str),
             Some("crawlguard.rewrite.status_503")

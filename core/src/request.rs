@@ -181,6 +181,7 @@ impl RequestState {
         };
         let ua = host.request_header("user-agent");
         let c = cfg.classifier.classify(ua.as_deref());
+        let mut asn = None;
         let class = match c.bot {
             Some(bot) if bot.verify && cfg.verifier.enabled => {
                 facts.claimed = Some(bot.class);
@@ -198,12 +199,13 @@ impl RequestState {
                 let judged = browser_checks::judge(cfg, host, ua.as_deref().unwrap_or_default());
                 w.metrics
                     .record_browser_checks(judged.failed, &mut |id| host.increment(id));
+                asn = judged.asn;
                 judged.class()
             }
             _ => c.class,
         };
         let bot = c.bot.map(|b| b.id.as_str());
-        self.decide(w, host, &facts, class, bot)
+        self.decide(w, host, &facts, class, bot, asn)
     }
 
     /// The verdict arrived while paused: decide with `class`. Returns what the proxy should
@@ -217,11 +219,12 @@ impl RequestState {
         let Phase::AwaitingVerdict(facts) = std::mem::take(&mut self.phase) else {
             return None;
         };
-        Some(self.decide(w, host, &facts, class, facts.bot.as_deref()))
+        Some(self.decide(w, host, &facts, class, facts.bot.as_deref(), None))
     }
 
     /// Takes tokens for `class` and forwards (annotated with the class) or answers locally;
-    /// `bot` is the catalog bot id the User-Agent names (the `bot` key).
+    /// `bot` is the catalog bot id the User-Agent names (the `bot` key), `asn` the client's
+    /// network if the browser checks read it already (`None`: not read).
     fn decide(
         &mut self,
         w: RequestParts<'_>,
@@ -229,6 +232,7 @@ impl RequestState {
         facts: &Facts,
         class: Class,
         bot: Option<&str>,
+        asn: Option<Option<u32>>,
     ) -> Step {
         let cfg = w.cfg;
         self.route = facts.route;
@@ -245,12 +249,21 @@ impl RequestState {
             }
         }
         let key_headers = read_key_headers(cfg, host);
+        // The network, for `asn` keys: read here unless a browser check read it.
+        let asn = match (asn, &cfg.client_signals.asn_header) {
+            (Some(read), _) => read,
+            (None, Some(h)) if cfg.asn_keyed(class) => host
+                .request_header(h)
+                .and_then(|v| crate::config::parse_asn(&v)),
+            (None, _) => None,
+        };
         let keys = RequestKeys {
             route: facts.route,
             client: facts.client_prefix,
             client_ip: facts.client_ip,
             bot,
             path: &facts.path,
+            asn,
             key_headers: &key_headers,
             // Under `on_error: claimed_class` the claimed class may stand in for a verdict
             // the verifier never gave (an attacker can make its own lookup fail), so only

@@ -14,6 +14,7 @@ mod lds;
 mod template;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use crate::filter_config::FilterConfig;
 use crate::upstream::TestUpstream;
@@ -21,6 +22,7 @@ use crate::upstream::TestUpstream;
 pub use fake_verifier::FakeVerdict;
 pub(crate) use lds::LdsFile;
 pub(crate) use template::{render, Ports};
+pub use template::{shipped_filter_config, TLS_TEMPLATE};
 
 /// How Envoy talks to an external upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +40,21 @@ pub struct ExternalUpstream {
     pub addr: SocketAddr,
     /// The protocol Envoy speaks to it.
     pub protocol: UpstreamProtocol,
+}
+
+/// The TLS edge of `envoy/envoy-tls.yaml` ([`EnvoyOpts::tls_edge`]): the main listener
+/// terminates TLS with this certificate, offers h2 or not, and looks client addresses up in
+/// this ASN database.
+#[derive(Debug, Clone)]
+pub struct TlsEdge {
+    /// Server certificate (PEM), for `localhost` and `127.0.0.1`.
+    pub cert: PathBuf,
+    /// Its private key (PEM).
+    pub key: PathBuf,
+    /// A MaxMind-format ASN database (`asn_db_path`).
+    pub asn_db: PathBuf,
+    /// `alpn_protocols: ["h2", "http/1.1"]` (true) or `["http/1.1"]` (false).
+    pub offer_h2: bool,
 }
 
 /// How to start an Envoy for a test.
@@ -70,6 +87,8 @@ pub struct EnvoyOpts {
     /// [`crate::Envoy::push_filter_config`] can replace it in the running Envoy, as a control
     /// plane would. Default false.
     pub lds: bool,
+    /// Render `envoy/envoy-tls.yaml` with this TLS edge ([`EnvoyOpts::tls_edge`]).
+    pub tls_edge: Option<TlsEdge>,
 }
 
 impl Default for EnvoyOpts {
@@ -84,6 +103,7 @@ impl Default for EnvoyOpts {
             max_request_headers_kb: None,
             template: "envoy/envoy.yaml",
             lds: false,
+            tls_edge: None,
         }
     }
 }
@@ -143,6 +163,15 @@ impl EnvoyOpts {
     /// `envoy/envoy.yaml`), e.g. `envoy/envoy-local-ratelimit.yaml`.
     pub fn template(mut self, path: &'static str) -> Self {
         self.template = path;
+        self
+    }
+
+    /// Renders `envoy/envoy-tls.yaml`: the main listener terminates TLS per `edge` and
+    /// tells crawlguard the client's JA4 and ASN. An empty filter configuration keeps the
+    /// file's own (its `client_signals`); a test's own replaces it whole.
+    pub fn tls_edge(mut self, edge: TlsEdge) -> Self {
+        self.template = TLS_TEMPLATE;
+        self.tls_edge = Some(edge);
         self
     }
 

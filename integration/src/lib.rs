@@ -20,6 +20,7 @@
 //!
 //! Everything a suite uses is re-exported here: `use crawlguard_integration::{...}`.
 
+pub mod browsers;
 pub mod checks;
 pub mod client;
 pub mod dns;
@@ -32,6 +33,8 @@ pub mod raw_http1;
 pub mod redis;
 pub mod sidecar;
 pub mod stack;
+pub mod test_ca;
+pub mod tls_edge;
 pub mod upstream;
 
 pub use checks::{
@@ -43,14 +46,18 @@ pub use client::{
 };
 pub use dns::{reverse_name, Blackhole, Dnsmasq, Record, SlowDns, GOOGLEBOT_HOST, GOOGLEBOT_V4};
 pub use envoy::{Envoy, WASM_STATS_PREFIX};
-pub use envoy_config::{EnvoyOpts, ExternalUpstream, FakeVerdict, UpstreamProtocol};
+pub use envoy_config::{
+    shipped_filter_config, EnvoyOpts, ExternalUpstream, FakeVerdict, TlsEdge, UpstreamProtocol,
+    TLS_TEMPLATE,
+};
 pub use filter_config::{FilterConfig, Limit, NO_REFILL_PER_S};
 pub use paths::{envoy_bin, repo_root, test_upstream_bin, wasm_path};
 pub use process::{poll_until, NotReady, Process};
 pub use raw_http1::{raw, raw_request, raw_statuses, RawHeaders, RawHttp1};
 pub use redis::{
-    redis_cmd, redis_cmd_auth, redis_server_bin, Redis, RedisOpts, RedisReply, RedisTls, SlowProxy,
+    redis_cmd, redis_cmd_auth, redis_server_bin, Redis, RedisOpts, RedisReply, SlowProxy,
 };
 pub use sidecar::{verifier_bin, Sidecar, SidecarOpts};
 pub use stack::Stack;
+pub use test_ca::TestCa;
 pub use upstream::{upstream_path, TestUpstream};

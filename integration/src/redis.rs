@@ -8,14 +8,13 @@
 //! ([`Redis::kill`], [`Redis::restart`]), which is what a sidecar sees when Redis goes away
 //! and comes back (empty). [`Redis::pause`] holds every client's commands for a while
 //! (`CLIENT PAUSE`): a slow Redis for everyone. [`RedisOpts`] adds a password
-//! (`requirepass`) and a TLS port with a throwaway CA ([`RedisTls::generate`]).
+//! (`requirepass`) and a TLS port with a throwaway CA ([`TestCa::generate`]).
 //!
-//! By job: the server and its handle here, `resp` (the test client), `tls` (the throwaway
-//! CA), `slow_proxy` ([`SlowProxy`]).
+//! By job: the server and its handle here, `resp` (the test client), `slow_proxy`
+//! ([`SlowProxy`]); the throwaway CA is `crate::test_ca`.
 
 mod resp;
 mod slow_proxy;
-mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,9 +24,9 @@ use std::time::Duration;
 
 use crate::process::{free_tcp_ports, temp_dir, NotReady, Process};
 
+pub use crate::test_ca::TestCa;
 pub use resp::{redis_cmd, redis_cmd_auth, RedisReply};
 pub use slow_proxy::SlowProxy;
-pub use tls::RedisTls;
 
 /// How long redis-server may take to answer PING.
 const READY_DEADLINE: Duration = Duration::from_secs(30);
@@ -53,7 +52,7 @@ pub struct RedisOpts {
     /// `requirepass`: clients must `AUTH` (the URL's `redis://:password@...`).
     pub password: Option<String>,
     /// A TLS port too (`--tls-port`, no client certificates), beside the plain one.
-    pub tls: Option<RedisTls>,
+    pub tls: Option<TestCa>,
 }
 
 /// A running `redis-server` on `127.0.0.1:<port>`, no persistence; killed on drop (see

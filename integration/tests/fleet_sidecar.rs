@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use crawlguard_contract::fleet::{FleetKeyState, KeyUse, SyncRequest, SyncResponse};
 use crawlguard_integration::process::{poll_until, temp_dir};
 use crawlguard_integration::{
-    Blackhole, Dnsmasq, Record, Redis, RedisOpts, RedisReply, RedisTls, Sidecar, SidecarOpts,
-    SlowProxy, GOOGLEBOT_HOST, GOOGLEBOT_V4,
+    Blackhole, Dnsmasq, Record, Redis, RedisOpts, RedisReply, Sidecar, SidecarOpts, SlowProxy,
+    TestCa, GOOGLEBOT_HOST, GOOGLEBOT_V4,
 };
 use serde_json::{json, Value};
 
@@ -881,7 +881,7 @@ async fn bad_sync_requests_get_a_json_error_and_write_nothing() {
 #[tokio::test]
 async fn rediss_with_a_password_in_the_url_and_the_password_never_logged() {
     let certs = temp_dir("redis-tls");
-    let tls = RedisTls::generate(certs.path());
+    let tls = TestCa::generate(certs.path());
     let redis = Redis::start_with(RedisOpts {
         password: Some("s3cret-pw".into()),
         tls: Some(tls.clone()),

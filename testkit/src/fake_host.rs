@@ -41,6 +41,8 @@ pub struct FakeRequest {
     pub downstream: Option<Vec<u8>>,
     /// `connection.tls_version` is set: the request came over TLS.
     pub tls: bool,
+    /// `request.protocol` (`HTTP/1.1`, `HTTP/2`); `None`: the host does not say.
+    pub protocol: Option<String>,
     /// The local reply, once sent.
     pub reply: Option<SentReply>,
     /// How many times it was resumed.
@@ -202,6 +204,12 @@ impl Host for FakeHost {
         self.host_calls
             .push("get property connection.tls_version".into());
         self.cur().is_some_and(|r| r.tls)
+    }
+
+    fn request_protocol(&mut self) -> Option<Vec<u8>> {
+        self.host_calls.push("get property request.protocol".into());
+        self.cur()
+            .and_then(|r| r.protocol.as_ref().map(|p| p.as_bytes().to_vec()))
     }
 
     fn response_header(&mut self, name: &str) -> Option<Vec<u8>> {

@@ -24,6 +24,8 @@ pub struct FakeProxy {
     pub worker: Rc<Worker>,
     /// Requests started from now on come over TLS (`connection.tls_version` set).
     pub tls: bool,
+    /// Requests started from now on have this `request.protocol` (`None`: not said).
+    pub protocol: Option<String>,
     states: HashMap<ContextId, Rc<RefCell<RequestState>>>,
     next_context: ContextId,
 }
@@ -67,6 +69,7 @@ impl FakeProxy {
             host,
             worker: Rc::new(worker),
             tls: false,
+            protocol: None,
             states: HashMap::new(),
             next_context: ROOT + 1,
         }
@@ -87,6 +90,7 @@ impl FakeProxy {
                     .collect(),
                 downstream: Some(downstream.as_bytes().to_vec()),
                 tls: self.tls,
+                protocol: self.protocol.clone(),
                 ..FakeRequest::default()
             },
         );

@@ -1,11 +1,47 @@
 //! The catalog's browser checks (`browser_checks` in `contract/catalog/bots.json`): what a
-//! current browser of a family always sends on a request, so that a request with that
-//! browser's User-Agent and without it is not that browser (an HTTP library behind a copied
-//! User-Agent). Each check is one header; the filter runs it on requests classed `human`
-//! and gives those that fail it the class `suspect_browser`.
+//! current browser of a family always shows, so that a request with that browser's
+//! User-Agent and without it is not that browser (an HTTP library behind a copied
+//! User-Agent, or a machine in a datacenter). The filter runs them on requests classed
+//! `human` and gives those that fail one the class `suspect_browser`.
+//!
+//! Each check reads one signal ([`Signal`]): a request header a browser always sends, the
+//! TLS handshake's JA4 fingerprint (against [`Catalog::library_tls_fingerprints`]), the HTTP
+//! version, or the client's network (against [`Catalog::datacenter_asns`]). The two lists
+//! and their README tables live in `browser_signals.rs`.
 
 use super::{Catalog, CatalogError};
 use serde::{Deserialize, Serialize};
+
+/// What a browser check looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Signal {
+    /// A request header (`header`) every browser the check names sends: present with any
+    /// value passes.
+    Header,
+    /// The TLS ClientHello's JA4 fingerprint (FoxIO's JA4 spec), as a trusted header sets
+    /// it: a browser offers ALPN (JA4 `a` part not ending in `00`) and is no HTTP library's
+    /// TLS stack ([`Catalog::library_tls_fingerprints`]).
+    TlsFingerprint,
+    /// The HTTP version: a browser that names h2 in ALPN gets HTTP/2 from a TLS listener
+    /// that offers h2, so HTTP/1.x there is not that browser.
+    HttpVersion,
+    /// The client's autonomous system, as a trusted header sets it: a browser of a person
+    /// does not browse from a hosting or cloud network ([`Catalog::datacenter_asns`]).
+    Network,
+}
+
+impl Signal {
+    /// The name in the data file and the README (`header`, `tls_fingerprint`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Signal::Header => "header",
+            Signal::TlsFingerprint => "tls_fingerprint",
+            Signal::HttpVersion => "http_version",
+            Signal::Network => "network",
+        }
+    }
+}
 
 /// One browser check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -14,10 +50,15 @@ pub struct BrowserCheck {
     /// Stable id, `[a-z_]{1,32}`: the configuration's switch (`browser_checks.<id>`) and the
     /// counter `crawlguard.browser_check.<id>.inconsistent`.
     pub id: String,
-    /// The request header (lowercase) every browser the check names sends: present with
-    /// any value passes.
-    pub header: String,
+    /// What the check looks at.
+    pub signal: Signal,
+    /// With [`Signal::Header`] (and only then): the request header (lowercase) every
+    /// browser the check names sends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
     /// The browsers it applies to: a User-Agent naming one of them at its minimum version.
+    /// Empty only for [`Signal::Network`]: every `human` User-Agent.
+    #[serde(default)]
     pub browsers: Vec<BrowserVersion>,
     /// Lowercase User-Agent substrings that excuse the check (an Android WebView, `; wv)`,
     /// is Chromium without every header of Chrome).
@@ -25,7 +66,7 @@ pub struct BrowserCheck {
     pub unless: Vec<String>,
     /// Only on a request that came over TLS: browsers send the header only to secure
     /// origins (a potentially trustworthy URL, Fetch Metadata section 2 and Client Hints
-    /// Infrastructure section 3.1).
+    /// Infrastructure section 3.1); a handshake and ALPN exist only over TLS.
     pub secure_only: bool,
     /// Key into [`Catalog::sources`].
     pub source: String,
@@ -47,12 +88,19 @@ pub struct BrowserVersion {
 /// Longest id of a check.
 const MAX_ID_LEN: usize = 32;
 
+/// Most distinct browser tokens across all checks: the filter reads each token's version
+/// once per request into a fixed array of this size.
+pub const MAX_BROWSER_TOKENS: usize = 8;
+
 impl Catalog {
     /// The browser checks' part of [`Catalog::validate`]: unique ids of `[a-z_]{1,32}`, a
-    /// lowercase header name, at least one browser, lowercase tokens ending in `/`, a known
-    /// source. Returns the sources the checks cite.
+    /// lowercase header name exactly for a header check, browsers (lowercase tokens ending
+    /// in `/`, at most [`MAX_BROWSER_TOKENS`] distinct ones in all) for every check but a
+    /// network one, `secure_only` for the TLS and HTTP version checks, a known source; then
+    /// the library fingerprints and datacenter networks. Returns the sources cited.
     pub(super) fn validate_browser_checks(&self) -> Result<Vec<&str>, CatalogError> {
         let mut ids = std::collections::HashSet::new();
+        let mut tokens = std::collections::HashSet::new();
         let mut cited = Vec::new();
         for (i, c) in self.browser_checks.iter().enumerate() {
             let err = |field: &str, why: String| {
@@ -69,15 +117,29 @@ impl Catalog {
             if !ids.insert(c.id.as_str()) {
                 return err("id", "duplicate id".into());
             }
-            let header_ok = !c.header.is_empty()
-                && c.header
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-            if !header_ok {
-                return err("header", format!("{:?}: a lowercase header name", c.header));
+            match (&c.header, c.signal) {
+                (Some(h), Signal::Header) => {
+                    let ok = !h.is_empty()
+                        && h.bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+                    if !ok {
+                        return err("header", format!("{h:?}: a lowercase header name"));
+                    }
+                }
+                (None, Signal::Header) => return err("header", "a header check needs one".into()),
+                (Some(_), s) => {
+                    return err(
+                        "header",
+                        format!("only for a header check, not {}", s.as_str()),
+                    )
+                }
+                (None, _) => {}
             }
-            if c.browsers.is_empty() {
+            if c.browsers.is_empty() && c.signal != Signal::Network {
                 return err("browsers", "must not be empty".into());
+            }
+            if !c.secure_only && matches!(c.signal, Signal::TlsFingerprint | Signal::HttpVersion) {
+                return err("secure_only", "a handshake exists only over TLS".into());
             }
             for b in &c.browsers {
                 if !b.token.ends_with('/') || b.token != b.token.to_ascii_lowercase() {
@@ -86,6 +148,13 @@ impl Catalog {
                         format!("{:?}: a lowercase product token ending in /", b.token),
                     );
                 }
+                tokens.insert(b.token.as_str());
+            }
+            if tokens.len() > MAX_BROWSER_TOKENS {
+                return err(
+                    "browsers",
+                    format!("more than {MAX_BROWSER_TOKENS} distinct tokens in all checks"),
+                );
             }
             for u in &c.unless {
                 if u.trim().is_empty() || *u != u.to_ascii_lowercase() {
@@ -97,14 +166,15 @@ impl Catalog {
             }
             cited.push(c.source.as_str());
         }
+        cited.extend(self.validate_browser_signals()?);
         Ok(cited)
     }
 
-    /// The README's table of browser checks: id, header, browsers, excuses, TLS only,
-    /// source.
+    /// The README's table of browser checks: id, what it reads, browsers, excuses, TLS
+    /// only, source.
     pub fn markdown_browser_checks(&self) -> String {
         let mut out = String::from(
-            "| check | header | browsers (from version) | unless the User-Agent has | only over TLS | source |\n\
+            "| check | signal | browsers (from version) | unless the User-Agent has | only over TLS | source |\n\
              |---|---|---|---|---|---|\n",
         );
         for c in &self.browser_checks {
@@ -114,24 +184,35 @@ impl Catalog {
                 .map(|b| format!("`{}` {}", b.token, b.min_major))
                 .collect();
             let unless: Vec<String> = c.unless.iter().map(|u| format!("`{u}`")).collect();
-            let source = self
-                .sources
-                .get(&c.source)
-                .map_or(c.source.clone(), |s| format!("[{}]({})", s.name, s.url));
+            let signal = match &c.header {
+                Some(h) => format!("header `{h}`"),
+                None => format!("`{}`", c.signal.as_str()),
+            };
             out.push_str(&format!(
-                "| `{}` | `{}` | {} | {} | {} | {} |\n",
+                "| `{}` | {} | {} | {} | {} | {} |\n",
                 c.id,
-                c.header,
-                browsers.join(", "),
+                signal,
+                if browsers.is_empty() {
+                    "every `human` User-Agent".to_string()
+                } else {
+                    browsers.join(", ")
+                },
                 if unless.is_empty() {
                     "-".to_string()
                 } else {
                     unless.join(", ")
                 },
                 if c.secure_only { "yes" } else { "no" },
-                source
+                self.source_link(&c.source)
             ));
         }
         out
+    }
+
+    /// `[name](url)` of source `key`, or the key itself when unknown.
+    pub(super) fn source_link(&self, key: &str) -> String {
+        self.sources
+            .get(key)
+            .map_or(key.to_string(), |s| format!("[{}]({})", s.name, s.url))
     }
 }

@@ -106,7 +106,7 @@ impl Catalog {
     /// The README's generated blocks, `(name, block)`: each table between its two marker
     /// lines, `<!-- BEGIN <name>: generated from contract/catalog/bots.json -->` and
     /// `<!-- END <name> -->`.
-    pub fn readme_blocks(&self) -> [(&'static str, String); 5] {
+    pub fn readme_blocks(&self) -> [(&'static str, String); 7] {
         let block = |name: &str, table: String| {
             format!("{}\n{table}{}", begin_marker(name), end_marker(name))
         };
@@ -123,6 +123,17 @@ impl Catalog {
             (
                 "browser checks",
                 block("browser checks", self.markdown_browser_checks()),
+            ),
+            (
+                "library TLS stacks",
+                block(
+                    "library TLS stacks",
+                    self.markdown_library_tls_fingerprints(),
+                ),
+            ),
+            (
+                "datacenter networks",
+                block("datacenter networks", self.markdown_datacenter_asns()),
             ),
             (
                 "signed agents",

@@ -2,6 +2,7 @@
 //! section; the first problem found is the error, naming the field path.
 
 use super::classes::{compile_bots, compile_classes, compile_non_browser_class};
+use super::client_signals::compile_client_signals;
 use super::defaults::{default_exempt_paths, default_limits, DEFAULT_CLASS_HEADER};
 use super::headers::{header_name, taken_over_header_name};
 use super::limits::compile_limits;
@@ -59,6 +60,14 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     }
     let shedding = compile_shedding(&raw.shedding, &raw.routes, raw.mode)?;
     let browser_checks = compile_browser_checks(&raw.browser_checks)?;
+    let client_signals = compile_client_signals(raw.client_signals, &class_header)?;
+    let asn_keyed_classes = limits
+        .iter()
+        .filter(|l| l.key.has_asn())
+        .fold(0u32, |bits, l| match l.class {
+            Some(c) => bits | 1 << (c as u32),
+            None => u32::MAX,
+        });
     let bot_ids: Vec<&str> = classifier.entries().iter().map(|b| b.id.as_str()).collect();
     let signed_agents = super::signed_agents::compile(&raw.signed_agents, &bot_ids)?;
     compile_rewrite(&raw.rewrite, &shedding.retry_after)?;
@@ -68,6 +77,8 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     };
     Ok(Config {
         browser_checks,
+        client_signals,
+        asn_keyed_classes,
         signed_agents,
         mode: raw.mode,
         client_ip,

@@ -52,7 +52,8 @@ pub(super) fn default_policy(class: Class) -> ClassPolicy {
 /// `human`, an aggregate one: per /24 (IPv6 /48) for classes a scraper's address pool lands
 /// in (a pool spread over addresses, each under its own rate), per bot id for crawler
 /// classes (one operator across all its addresses, however many), and one bucket for claims
-/// that failed or cannot be checked.
+/// that failed or cannot be checked; browser claims that failed a check also per network
+/// (autonomous system).
 pub(super) fn default_limits() -> Vec<RawLimit> {
     let l = |name: &str, class: &str, rate_per_s: f64, burst: u32, key: &str| RawLimit {
         name: name.into(),
@@ -124,6 +125,15 @@ pub(super) fn default_limits() -> Vec<RawLimit> {
             "client_ip",
         ),
         per_24("suspect_browser_per_24", "suspect_browser", 5.0, 100),
+        // One network's share (a cloud's address pool; charges nothing until
+        // client_signals.asn_header names where the network comes from).
+        l(
+            "suspect_browser_per_asn",
+            "suspect_browser",
+            10.0,
+            100,
+            "asn",
+        ),
         l(
             "suspect_browser_global",
             "suspect_browser",

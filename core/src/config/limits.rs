@@ -206,7 +206,7 @@ fn compile_key(path: &str, raw: &RawKey, class_header: &str) -> Result<KeyKind, 
     }
 }
 
-/// One key part: `client_ip`, `global`, `bot`, `path` or `header:<name>` (a header not
+/// One key part: `client_ip`, `global`, `bot`, `path`, `asn` or `header:<name>` (a header not
 /// refused, see `headers::KEY_REFUSED`, and not `class_header`).
 fn compile_key_part(path: &str, k: &str, class_header: &str) -> Result<KeyKind, ConfigError> {
     Ok(match k {
@@ -214,6 +214,7 @@ fn compile_key_part(path: &str, k: &str, class_header: &str) -> Result<KeyKind, 
         "global" => KeyKind::Global,
         "bot" => KeyKind::Bot,
         "path" => KeyKind::Path,
+        "asn" => KeyKind::Asn,
         k => match k.strip_prefix("header:") {
             Some(h) => KeyKind::Header(key_header_name(path, h, class_header)?),
             None => {
@@ -221,7 +222,7 @@ fn compile_key_part(path: &str, k: &str, class_header: &str) -> Result<KeyKind, 
                     path,
                     format!(
                         "{k:?}: expected \"client_ip\", \"global\", \"bot\", \"path\", \
-                         \"header:<name>\" or a list of them"
+                         \"asn\", \"header:<name>\" or a list of them"
                     ),
                 ))
             }

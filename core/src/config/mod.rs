@@ -13,10 +13,12 @@
 //! error type.
 
 mod classes;
+mod client_signals;
 mod compile;
 mod defaults;
 mod error;
 mod headers;
+mod json_path;
 mod limits;
 mod raw;
 mod sections;
@@ -28,6 +30,7 @@ use crate::identity::classify::Classifier;
 use crate::limits::bucket::Rate;
 use serde::Deserialize;
 
+pub use client_signals::{parse_asn, ClientSignals};
 pub use defaults::DEFAULT_CLASS_HEADER;
 use error::err;
 pub use error::{ConfigError, MAX_ERROR_PART_BYTES};
@@ -166,13 +169,18 @@ pub enum KeyKind {
     /// The request path without its query string: one bucket per URL path (a herd of clients
     /// on one page).
     Path,
+    /// The client's autonomous system, from `client_signals.asn_header`: one bucket per
+    /// network. A request without a readable ASN (or with no `asn_header` configured) is not
+    /// charged.
+    Asn,
     /// One bucket per combination of its parts' values: 2..=4 distinct parts, each
-    /// `ClientIp`, `Header`, `Bot` or `Path`.
+    /// `ClientIp`, `Header`, `Bot`, `Path` or `Asn`.
     Compound(Vec<KeyKind>),
 }
 
 impl KeyKind {
-    /// Short name for logs: `client_ip`, `global`, `header`, `bot`, `path` or `compound`.
+    /// Short name for logs: `client_ip`, `global`, `header`, `bot`, `path`, `asn` or
+    /// `compound`.
     pub fn kind_str(&self) -> &'static str {
         match self {
             KeyKind::ClientIp => "client_ip",
@@ -180,6 +188,7 @@ impl KeyKind {
             KeyKind::Header(_) => "header",
             KeyKind::Bot => "bot",
             KeyKind::Path => "path",
+            KeyKind::Asn => "asn",
             KeyKind::Compound(_) => "compound",
         }
     }
@@ -203,6 +212,11 @@ impl KeyKind {
     /// Whether a part is the bot id.
     pub fn has_bot(&self) -> bool {
         self.parts().contains(&KeyKind::Bot)
+    }
+
+    /// Whether a part is the client's autonomous system.
+    pub fn has_asn(&self) -> bool {
+        self.parts().contains(&KeyKind::Asn)
     }
 
     /// Whether a part is the client address.
@@ -364,6 +378,11 @@ pub struct Config {
     pub shedding: Shedding,
     /// `browser_checks`: each catalog browser check's mode.
     pub browser_checks: BrowserChecks,
+    /// `client_signals`: the trusted headers the browser checks and the `asn` key read.
+    pub client_signals: ClientSignals,
+    /// Bit `class as usize`: some limit of the class (or of every class) has an `asn` key
+    /// part, so its requests read `client_signals.asn_header` ([`Config::asn_keyed`]).
+    pub asn_keyed_classes: u32,
     /// `signed_agents`: Web Bot Auth signatures and the agents they name.
     pub signed_agents: SignedAgents,
     /// Lowercase response header the origin sets on degraded pages; such a 200 becomes a 503
@@ -375,6 +394,11 @@ pub struct Config {
 }
 
 impl Config {
+    /// Whether requests of `class` need their network for an `asn` limit key.
+    pub fn asn_keyed(&self, class: Class) -> bool {
+        self.asn_keyed_classes & (1 << (class as u32)) != 0
+    }
+
     /// Rejection policy of `class`.
     pub fn policy(&self, class: Class) -> &ClassPolicy {
         &self.classes[class]
@@ -418,18 +442,15 @@ pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
         return Err(err("<root>", "must be a JSON object"));
     }
     let de = &mut serde_json::Deserializer::from_slice(text);
-    let raw: raw::RawConfig = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
-        let path = e.path().to_string();
-        // serde_path_to_error prints the root as "." or "?" (syntax errors), and an empty
-        // key as nothing; name both so the log line always points somewhere.
-        let path = if path.is_empty() || path == "." || path == "?" {
+    let raw = raw::RawConfig::deserialize(&mut *de).map_err(|e| {
+        // The field where serde_json stopped (`json_path`); the top level is `<root>`.
+        let path = json_path::path_at(text, e.line(), e.column());
+        let path = if path.is_empty() {
             "<root>".into()
-        } else if path.ends_with('.') {
-            format!("{path}\"\"")
         } else {
             path
         };
-        err(path, e.into_inner().to_string())
+        err(path, e.to_string())
     })?;
     // One document: anything after it (a second pasted object, stray text) would otherwise
     // be ignored unchecked, e.g. `{"mode":"shadow"}{"mode":"enforce",...}` loading as shadow.

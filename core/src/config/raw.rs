@@ -80,6 +80,7 @@ pub(super) struct RawConfig {
     #[serde(default, deserialize_with = "unique_keys")]
     pub(super) browser_checks: BTreeMap<String, BrowserCheckMode>,
     #[serde(default)]
+    pub(super) client_signals: super::client_signals::RawClientSignals,
     pub(super) signed_agents: super::signed_agents::RawSignedAgents,
 }
 

@@ -13,7 +13,7 @@ fn parse_err(json: &str) -> String {
 fn empty_document_is_the_embedded_default() {
     let c = parse(b"").expect("default parses");
     assert_eq!(c.mode, Mode::Enforce);
-    assert_eq!(c.limits.len(), 20);
+    assert_eq!(c.limits.len(), 21);
     assert_eq!(c.class_header, "x-crawler-class");
     assert_eq!(
         c.exempt_paths,
@@ -41,6 +41,8 @@ fn embedded_default_file_equals_field_defaults() {
     assert_eq!(file.rewrite, fields.rewrite);
     assert_eq!(file.shedding, fields.shedding);
     assert_eq!(file.degraded, fields.degraded);
+    assert_eq!(file.browser_checks, fields.browser_checks);
+    assert_eq!(file.client_signals, fields.client_signals);
     assert_eq!(file.signed_agents, fields.signed_agents);
     assert_eq!(file.classifier.entries(), fields.classifier.entries());
     assert_eq!(
@@ -161,11 +163,11 @@ fn errors_name_the_field_path() {
         ),
         (
             one_limit(r#""key":"client_ip""#, r#""key":"cookie""#),
-            Is(r#"limits[0].key: "cookie": expected "client_ip", "global", "bot", "path", "header:<name>" or a list of them"#),
+            Is(r#"limits[0].key: "cookie": expected "client_ip", "global", "bot", "path", "asn", "header:<name>" or a list of them"#),
         ),
         (
             one_limit(r#""key":"client_ip""#, r#""key":["client_ip","cookie"]"#),
-            Is(r#"limits[0].key[1]: "cookie": expected "client_ip", "global", "bot", "path", "header:<name>" or a list of them"#),
+            Is(r#"limits[0].key[1]: "cookie": expected "client_ip", "global", "bot", "path", "asn", "header:<name>" or a list of them"#),
         ),
         (
             one_limit(r#""key":"client_ip""#, r#""key":["client_ip"]"#),
@@ -411,7 +413,7 @@ fn unknown_and_mistyped_fields_are_errors_with_their_path() {
             r#"{"store":{"slotz":1}}"#.into(),
             Starts("store.slotz: unknown field `slotz`"),
         ),
-        (r#"{"":1}"#.into(), Starts("<root>: unknown field ``")),
+        (r#"{"":1}"#.into(), Starts("\"\": unknown field ``")),
         (
             r#"{"store":{"":1}}"#.into(),
             Starts("store.\"\": unknown field ``"),
@@ -511,7 +513,7 @@ fn a_class_no_enforced_limit_covers_is_warned_about_per_route() {
     let w = |class: &str, default: &str| {
         format!(
             "limits: no enforced limit covers class {class} on route default: its requests \
-             there are never limited (a configuration's own limits replace all 20 defaults; \
+             there are never limited (a configuration's own limits replace all 21 defaults; \
              the default for {class}: {default})"
         )
     };
@@ -559,6 +561,7 @@ fn a_class_no_enforced_limit_covers_is_warned_about_per_route() {
                 "suspect_browser",
                 "suspect_browser_per_ip (2/s, burst 40, key client_ip) and \
                  suspect_browser_per_24 (5/s, burst 100, key client_ip /24 /48) and \
+                 suspect_browser_per_asn (10/s, burst 100, key asn) and \
                  suspect_browser_global (50/s, burst 500, key global)"
             ),
         ]
@@ -589,7 +592,7 @@ fn a_class_no_enforced_limit_covers_is_warned_about_per_route() {
         spoofed,
         [
             "limits: no enforced limit covers class spoofed: its requests are never limited (a \
-          configuration's own limits replace all 20 defaults; the default for spoofed: \
+          configuration's own limits replace all 21 defaults; the default for spoofed: \
           spoofed_per_ip (0.1/s, burst 2, key client_ip) and spoofed_per_24 (0.5/s, burst 5, \
           key client_ip /24 /48) and spoofed_global (5/s, burst 50, key global))"
         ]
@@ -723,13 +726,13 @@ fn a_key_repeated_in_a_map_is_refused() {
     // The first entry is invalid (418) and used to vanish behind the second.
     assert_eq!(
         parse_err(r#"{"classes":{"human":{"reject_status":418},"human":{}}}"#),
-        r#"classes: duplicate key "human" at line 1 column 49"#
+        r#"classes.human: duplicate key "human" at line 1 column 49"#
     );
     assert_eq!(
         parse_err(
             r#"{"shedding":{"routes":{"default":{"latency_ms":0},"default":{"latency_ms":5}}}}"#
         ),
-        r#"shedding.routes: duplicate key "default" at line 1 column 59"#
+        r#"shedding.routes.default: duplicate key "default" at line 1 column 59"#
     );
     // Distinct keys still load.
     let c = parse(br#"{"classes":{"human":{"reject_status":503},"script":{}}}"#).expect("valid");

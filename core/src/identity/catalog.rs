@@ -59,8 +59,12 @@ pub struct BuiltinHumanRule {
     pub markers_in_platform_section: &'static [&'static str],
 }
 
-// `BUILTIN`, `HUMAN` and `BROWSER_CHECKS`, generated from the data file by build.rs.
+// `BUILTIN`, `HUMAN`, `BROWSER_TOKENS`, `BROWSER_CHECKS`, `LIBRARY_JA4` and
+// `DATACENTER_ASNS`, generated from the data file by build.rs.
 include!(concat!(env!("OUT_DIR"), "/builtin_catalog.rs"));
+
+pub use crawlguard_contract::catalog::{Signal, MAX_BROWSER_TOKENS};
+use crawlguard_contract::ja4::Ja4Pattern;
 
 /// One check, as build.rs generates it from the data file
 /// (`crawlguard_contract::catalog::BrowserCheck` documents the fields).
@@ -68,10 +72,13 @@ include!(concat!(env!("OUT_DIR"), "/builtin_catalog.rs"));
 pub struct BuiltinBrowserCheck {
     /// Stable id: the configuration's switch and the counter's name.
     pub id: &'static str,
-    /// The request header every browser it names sends (lowercase).
+    /// What it looks at.
+    pub signal: Signal,
+    /// With [`Signal::Header`]: the request header every browser it names sends
+    /// (lowercase); empty otherwise.
     pub header: &'static str,
-    /// `(product token, first major version)`, lowercase tokens ending in `/`.
-    pub browsers: &'static [(&'static str, u32)],
+    /// `(index into [`browser_tokens`], first major version)`; empty: every User-Agent.
+    pub browsers: &'static [(usize, u32)],
     /// User-Agent substrings (lowercase) that excuse the check.
     pub unless: &'static [&'static str],
     /// Only over TLS.
@@ -100,15 +107,47 @@ pub fn builtin_browser_checks() -> &'static [BuiltinBrowserCheck] {
     BROWSER_CHECKS
 }
 
+/// The distinct browser product tokens the checks name (`chrome/`, `firefox/`), at most
+/// [`MAX_BROWSER_TOKENS`].
+pub fn browser_tokens() -> &'static [&'static str] {
+    BROWSER_TOKENS
+}
+
+/// The JA4 patterns of HTTP libraries' TLS stacks (the catalog's
+/// `library_tls_fingerprints`, validated when the filter is built).
+pub fn library_ja4_patterns() -> impl Iterator<Item = Ja4Pattern<'static>> {
+    LIBRARY_JA4.iter().map(|p| Ja4Pattern::from_parts(*p))
+}
+
+/// The catalog's hosting and cloud networks, ascending (`datacenter_asns`).
+pub fn builtin_datacenter_asns() -> &'static [u32] {
+    DATACENTER_ASNS
+}
+
+/// The major version a User-Agent names after each of [`browser_tokens`] (`None`: not
+/// named), read once per request for every check.
+pub fn browser_versions(ua: &[u8]) -> [Option<u32>; MAX_BROWSER_TOKENS] {
+    let mut out = [None; MAX_BROWSER_TOKENS];
+    for (slot, token) in out.iter_mut().zip(browser_tokens()) {
+        *slot = find_ascii_ci(ua, token.as_bytes())
+            .and_then(|end| major_version(ua.get(end..).unwrap_or_default()));
+    }
+    out
+}
+
 impl BuiltinBrowserCheck {
-    /// Whether the check applies to User-Agent `ua`: it names one of the browsers at its
-    /// first version or later, and none of the excuses.
-    pub fn applies_to(&self, ua: &[u8]) -> bool {
-        let named = self.browsers.iter().any(|(token, min)| {
-            find_ascii_ci(ua, token.as_bytes())
-                .and_then(|end| major_version(ua.get(end..).unwrap_or_default()))
-                .is_some_and(|v| v >= *min)
-        });
+    /// Whether the check applies to User-Agent `ua`, whose [`browser_versions`] are
+    /// `versions`: it names one of the browsers at its first version or later (or the check
+    /// names none), and none of the excuses.
+    pub fn applies_to(&self, ua: &[u8], versions: &[Option<u32>; MAX_BROWSER_TOKENS]) -> bool {
+        let named = self.browsers.is_empty()
+            || self.browsers.iter().any(|(token, min)| {
+                versions
+                    .get(*token)
+                    .copied()
+                    .flatten()
+                    .is_some_and(|v| v >= *min)
+            });
         named
             && !self
                 .unless
@@ -127,18 +166,15 @@ fn find_ascii_ci(hay: &[u8], needle: &[u8]) -> Option<usize> {
         .map(|p| p + needle.len())
 }
 
-/// The leading decimal number of `rest` (`120` of `120.0.0.0 Safari`), at most 6 digits.
+/// The leading decimal number of `rest` (`120` of `120.0.0.0 Safari`), at most 6 digits
+/// (no allocation: it runs on every browser request).
 pub(crate) fn major_version(rest: &[u8]) -> Option<u32> {
-    let digits: Vec<u8> = rest
-        .iter()
-        .take_while(|b| b.is_ascii_digit())
-        .take(6)
-        .copied()
-        .collect();
-    if digits.is_empty() {
-        return None;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).take(6);
+    let mut out: Option<u32> = None;
+    for d in digits {
+        out = Some(out.unwrap_or(0) * 10 + u32::from(d - b'0'));
     }
-    std::str::from_utf8(&digits).ok()?.parse().ok()
+    out
 }
 
 /// The built-in human rule (validated with the data file when the filter is built).

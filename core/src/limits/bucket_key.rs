@@ -22,6 +22,9 @@ pub struct RequestKeys<'a> {
     pub bot: Option<&'a str>,
     /// The request path without its query (the `path` key).
     pub path: &'a [u8],
+    /// The client's autonomous system (the `asn` key); `None` when no `asn_header` is
+    /// configured or its value does not parse.
+    pub asn: Option<u32>,
     /// Every line of each `header:<name>` key header, by lowercase name.
     pub key_headers: &'a [(&'a str, Vec<Vec<u8>>)],
     /// The class is a verified crawler claim's (any class: AdsBot is `other_bot`): it never
@@ -65,6 +68,8 @@ pub enum KeyPart<'a> {
     /// The request's class: part of a `bot` or `header:user-agent` key in a limit of every
     /// class ([`crate::config::KeyKind::keyed_by_claim`]).
     Class(Class),
+    /// The client's autonomous system number (`asn` key).
+    Asn(u32),
 }
 
 /// Most distinct values of a key header a request may name; each is charged. A request

@@ -81,7 +81,8 @@ pub fn decide(
             break;
         };
         if matches!(keys, LimitKeys::Skip) {
-            // A `bot` key for a request naming no bot: nothing of this limit to charge.
+            // A `bot` key for a request naming no bot (an `asn` key, no network known):
+            // nothing of this limit to charge.
             continue;
         }
         let n = limit.cost.as_ref().map_or(1, |c| c.reserve);
@@ -258,7 +259,8 @@ fn settle(
 /// request without the header has the one "missing" key), and for a compound key one per
 /// combination of its parts' values; each key is a run of [`KeyPart`]s.
 enum LimitKeys<'a> {
-    /// Nothing to charge: a `bot` part, and the request names no bot.
+    /// Nothing to charge: a `bot` part, and the request names no bot (or an `asn` part, and
+    /// its network is not known).
     Skip,
     One(KeyPart<'a>),
     /// `width` parts per key, keys one after the other.
@@ -319,7 +321,7 @@ impl<'a> LimitKeys<'a> {
     }
 
     /// The one value of a part that is not a header; `None` for a `bot` part of a request
-    /// naming no bot.
+    /// naming no bot, or an `asn` part of a request whose network is not known.
     fn single(kind: &KeyKind, limit: &Limit, req: &RequestKeys<'a>) -> Option<KeyPart<'a>> {
         Some(match kind {
             KeyKind::Global => KeyPart::Global,
@@ -332,6 +334,7 @@ impl<'a> LimitKeys<'a> {
             }
             KeyKind::Bot => KeyPart::Bot(req.bot?),
             KeyKind::Path => KeyPart::Path(req.path),
+            KeyKind::Asn => KeyPart::Asn(req.asn?),
             // Headers have many values and compound keys are flattened by `of`: never here.
             KeyKind::Header(_) | KeyKind::Compound(_) => KeyPart::Global,
         })

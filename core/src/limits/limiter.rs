@@ -519,6 +519,7 @@ mod tests {
             client_ip: ip,
             bot: r.bot,
             path: path.as_bytes(),
+            asn: None,
             key_headers: &r.headers,
             verified_claim: false,
         }

@@ -48,14 +48,38 @@ fn replace_required(text: &str, from: &str, to: &str) -> String {
     text.replace(from, to)
 }
 
+/// The shipped Envoy configuration of a TLS edge with every browser signal.
+pub const TLS_TEMPLATE: &str = "envoy/envoy-tls.yaml";
+
+/// The crawlguard configuration a shipped template gives the filter (its
+/// `value: '<json>'` line), e.g. `envoy/envoy-tls.yaml`'s `client_signals`; `{}` for an
+/// empty one.
+pub fn shipped_filter_config(template: &str) -> serde_json::Value {
+    let text = read_template(template);
+    let json = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("value: '")?.strip_suffix('\''))
+        .unwrap_or("{}");
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("{template}: filter configuration: {e}"))
+}
+
+fn read_template(template: &str) -> String {
+    let path = repo_root().join(template);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
 /// Renders `envoy/envoy.yaml` for a test: free ports, absolute wasm path, the given filter
 /// configuration, and the optional upstream, buffer limit and fake verifier.
 pub(crate) fn render(ports: Ports, wasm: &Path, opts: &EnvoyOpts) -> String {
-    let filter_config = &opts.filter_config.as_string();
-    let template_path = repo_root().join(opts.template);
-    let template = std::fs::read_to_string(&template_path)
-        .unwrap_or_else(|e| panic!("read {}: {e}", template_path.display()));
-    let mut y = template;
+    let mut filter_config = opts.filter_config.as_string();
+    let mut y = read_template(opts.template);
+    if let Some(edge) = &opts.tls_edge {
+        if filter_config.is_empty() {
+            filter_config = shipped_filter_config(TLS_TEMPLATE).to_string();
+        }
+        y = render_tls_edge(y, edge);
+    }
+    let filter_config = &filter_config;
     for (from, to) in [
         ("port_value: 9901", format!("port_value: {}", ports.admin)),
         ("port_value: 10000", format!("port_value: {}", ports.main)),
@@ -130,6 +154,45 @@ pub(crate) fn render(ports: Ports, wasm: &Path, opts: &EnvoyOpts) -> String {
         );
     }
     y
+}
+
+/// `envoy/envoy-tls.yaml` with `edge`'s files and ALPN, its main listener on the port the
+/// other templates use and its configuration line emptied, so the rest of [`render`]
+/// applies.
+fn render_tls_edge(mut y: String, edge: &super::TlsEdge) -> String {
+    let path = |p: &Path| json_str(&p.display().to_string());
+    for (from, to) in [
+        ("port_value: 10443", "port_value: 10000".to_string()),
+        (
+            "filename: /etc/envoy/tls/cert.pem",
+            format!("filename: {}", path(&edge.cert)),
+        ),
+        (
+            "filename: /etc/envoy/tls/key.pem",
+            format!("filename: {}", path(&edge.key)),
+        ),
+        (
+            "asn_db_path: /usr/share/GeoIP/GeoLite2-ASN.mmdb",
+            format!("asn_db_path: {}", path(&edge.asn_db)),
+        ),
+    ] {
+        y = replace_required(&y, from, &to);
+    }
+    if !edge.offer_h2 {
+        y = replace_required(
+            &y,
+            "alpn_protocols: [\"h2\", \"http/1.1\"]",
+            "alpn_protocols: [\"http/1.1\"]",
+        );
+    }
+    // The common path of `render` puts the configuration in, at the usual `value: ""`.
+    let shipped = y
+        .lines()
+        .find(|l| l.trim().starts_with("value: '"))
+        .map(str::to_string)
+        .expect("envoy/envoy-tls.yaml has a value: '...' configuration line");
+    let indent = &shipped[..shipped.len() - shipped.trim_start().len()];
+    y.replace(&shipped, &format!("{indent}value: \"\""))
 }
 
 /// Cluster `test_upstream` (YAML, indented for `static_resources.clusters`).

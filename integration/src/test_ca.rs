@@ -1,12 +1,14 @@
-//! A throwaway CA and server certificate for a Redis TLS port ([`RedisTls::generate`]).
+//! A throwaway CA and server certificate for `127.0.0.1` / `localhost` ([`TestCa::generate`]):
+//! a Redis TLS port, and Envoy's TLS edge (`envoy/envoy-tls.yaml`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A server certificate for `127.0.0.1` / `localhost` and the throwaway CA that signed it
-/// (PEM files), for a Redis TLS port; a client trusts it with `SSL_CERT_FILE=<ca>`.
+/// (PEM files), for a Redis TLS port or Envoy's TLS listener; a client trusts it with
+/// `SSL_CERT_FILE=<ca>` (a browser: the CA imported into its profile).
 #[derive(Debug, Clone)]
-pub struct RedisTls {
+pub struct TestCa {
     /// The CA certificate.
     pub ca: PathBuf,
     /// The server certificate.
@@ -15,10 +17,10 @@ pub struct RedisTls {
     pub key: PathBuf,
 }
 
-impl RedisTls {
+impl TestCa {
     /// Makes a CA and a server certificate in `dir` with the `openssl` command (Debian
     /// `openssl`, installed by `scripts/setup.sh`).
-    pub fn generate(dir: &Path) -> RedisTls {
+    pub fn generate(dir: &Path) -> TestCa {
         let run = |args: &[&str]| {
             let out = Command::new("openssl")
                 .args(args)
@@ -90,7 +92,7 @@ impl RedisTls {
             "-extfile",
             "server.ext",
         ]);
-        RedisTls {
+        TestCa {
             ca: dir.join("ca.pem"),
             cert: dir.join("server.pem"),
             key: dir.join("server.key"),
