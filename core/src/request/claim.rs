@@ -96,7 +96,7 @@ impl RequestState {
             Signed::Unsigned => Err(facts),
             Signed::Class(class, agent) => {
                 facts.claimed = Some(agent.class);
-                Ok(self.decide(w, host, &facts, class, Some(&agent.id)))
+                Ok(self.decide(w, host, &facts, class, Some(&agent.id), None))
             }
             Signed::Wait(agent) => {
                 facts.claimed = Some(agent.class);
