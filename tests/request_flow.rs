@@ -1149,9 +1149,13 @@ const ALLOW_LAYOUT: &str = r#"{"limits":[
 /// (plain HTTP: no check can fail, and the client hints check reads nothing more).
 #[test]
 fn the_allow_path_makes_six_host_calls_and_a_shared_round_trip_every_17_requests() {
-    for (checks, extra) in [
+    // Six with the browser checks and signed agents off; the checks read what they need,
+    // and signed agents (on by default) read Signature-Input.
+    let signed = &["get request header signature-input"][..];
+    for (checks, signature, extra) in [
         (
             "",
+            signed,
             &[
                 "get request header sec-fetch-site",
                 "get property connection.tls_version",
@@ -1159,6 +1163,12 @@ fn the_allow_path_makes_six_host_calls_and_a_shared_round_trip_every_17_requests
         ),
         (
             r#","browser_checks":{"fetch_metadata":"off","client_hints":"off"}"#,
+            signed,
+            &[][..],
+        ),
+        (
+            r#","browser_checks":{"fetch_metadata":"off","client_hints":"off"},"signed_agents":{"mode":"off"}"#,
+            &[][..],
             &[][..],
         ),
     ] {
@@ -1173,11 +1183,9 @@ fn the_allow_path_makes_six_host_calls_and_a_shared_round_trip_every_17_requests
         assert_eq!(step, Step::Continue);
         p.respond(ctx, &[(":status", "200")], false);
         let want: Vec<&str> = [
-            &[
-                "get request header :path",
-                "get property source.address",
-                "get request header user-agent",
-            ][..],
+            &["get request header :path", "get property source.address"][..],
+            signature,
+            &["get request header user-agent"][..],
             extra,
             &[
                 "now",

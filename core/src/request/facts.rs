@@ -80,7 +80,10 @@ impl Facts {
 
 /// Every line of each header a header-keyed limit needs, read up front (nothing when no
 /// limit is keyed by a header).
-pub(super) fn read_key_headers<'a>(cfg: &'a Config, host: &mut dyn Host) -> Vec<(&'a str, Vec<Vec<u8>>)> {
+pub(super) fn read_key_headers<'a>(
+    cfg: &'a Config,
+    host: &mut dyn Host,
+) -> Vec<(&'a str, Vec<Vec<u8>>)> {
     cfg.limits
         .iter()
         .flat_map(|l| l.key.parts().iter().filter_map(KeyKind::header_name))
