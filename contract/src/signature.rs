@@ -1,9 +1,9 @@
 //! The signature contract (filter <-> sidecar) for signed agents (Web Bot Auth: RFC 9421
 //! HTTP Message Signatures with `tag="web-bot-auth"`, draft-meunier-web-bot-auth-architecture).
 //!
-//! The filter cannot verify an ed25519 signature itself: the verifier alone adds 42,769 bytes
-//! to a module already at 637,927 (the build fails at 640,000; README "Signed agents"). So
-//! it sends what a signature covers to the sidecar, one callout per signed request:
+//! The filter does not verify an ed25519 signature itself: the verifier alone added 42,769
+//! bytes to a module then at 637,927 (the build fails at 640,000; README "Signed agents").
+//! So it sends what a signature covers to the sidecar, one callout per signed request:
 //! `POST /v1/signature` with a [`Request`] as JSON, answered `200` with an [`Answer`], or
 //! `503` when the agent's key directory cannot be had (never fetched, and no copy in memory
 //! or on disk). The sidecar parses `Signature-Input`, `Signature` and `Signature-Agent`,
