@@ -1151,10 +1151,16 @@ const ALLOW_LAYOUT: &str = r#"{"limits":[
 /// nothing more).
 #[test]
 fn the_allow_path_host_calls_and_a_shared_round_trip_every_17_requests() {
+    // The browser checks read the TLS attribute here; signed agents (on by default) read
+    // Signature-Input, which comes with the other request headers.
     for (checks, extra) in [
         ("", &["get property connection.tls_version"][..]),
         (
             r#","browser_checks":{"fetch_metadata":"off","client_hints":"off"}"#,
+            &[][..],
+        ),
+        (
+            r#","browser_checks":{"fetch_metadata":"off","client_hints":"off"},"signed_agents":{"mode":"off"}"#,
             &[][..],
         ),
     ] {

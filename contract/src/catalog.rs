@@ -22,6 +22,7 @@
 mod browser_checks;
 mod browser_signals;
 mod markdown;
+mod signed_agents;
 mod validate;
 
 use serde::{Deserialize, Serialize};
@@ -31,6 +32,7 @@ use std::fmt;
 pub use browser_checks::{BrowserCheck, BrowserVersion, Signal, MAX_BROWSER_TOKENS};
 pub use browser_signals::{is_public_asn, DatacenterAsn, LibraryTlsFingerprint};
 pub use markdown::{begin_marker, end_marker};
+pub use signed_agents::{is_agent_origin, SignedAgent, DIRECTORY_PATH, MAX_ORIGIN_LEN};
 pub use validate::is_range_url;
 
 /// The catalog data file, as embedded at build time.
@@ -207,6 +209,10 @@ pub struct Catalog {
     pub datacenter_asns: Vec<DatacenterAsn>,
     /// The bots, in match order.
     pub bots: Vec<Bot>,
+    /// Agents that sign their requests (Web Bot Auth): a verified signature gives the
+    /// agent's class and bot id, whatever the User-Agent says.
+    #[serde(default)]
+    pub signed_agents: Vec<SignedAgent>,
 }
 
 /// Why a catalog was refused: the entry and field, and the rule it breaks.

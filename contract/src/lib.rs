@@ -7,6 +7,8 @@
 //!   fleet-wide bucket state out).
 //! - [`ranges`]: the published-ranges contract, `GET /v1/ranges` (the IP ranges the sidecar
 //!   verifies bots by, so the filter decides those claims itself) and its lookup table.
+//! - [`signature`]: the signature contract, `POST /v1/signature` (a signed agent's request
+//!   in, what its Web Bot Auth signature is worth out).
 //! - [`bot_id`]: what a bot id may look like.
 //! - [`cloud_zones`]: reverse-DNS zones anyone can rent a machine under, never FCrDNS proof.
 //! - [`ja4`]: JA4 TLS fingerprints and the patterns the catalog names TLS stacks by.
@@ -38,4 +40,5 @@ pub mod cloud_zones;
 pub mod fleet;
 pub mod ja4;
 pub mod ranges;
+pub mod signature;
 pub mod verify;

@@ -12,6 +12,8 @@
 //! - `crawlguard.exempt`: exempt paths (decided before any classification);
 //! - `crawlguard.browser_check.<id>.inconsistent`: `human` requests that failed a browser
 //!   check of the catalog (enforced: class `suspect_browser`; shadow mode: still `human`);
+//! - `crawlguard.signature.<event>`, event in [`SignatureEvent::names`]: signed requests of a
+//!   known agent, by what their check found (with `signed_agents` on);
 //! - `crawlguard.stats.flushes`: flushes of the counters below (see [`CounterBuffer`]);
 //! - `crawlguard.route.<route>.limited` (enforced and shadow);
 //! - `crawlguard.store.<event>`, event in [`STORE_EVENTS`]: shared-store trouble, each of
@@ -32,6 +34,7 @@
 
 use crate::config::Config;
 use crate::identity::class::{Class, PerClass};
+use crate::identity::signature_event::SignatureEvent;
 use crate::limits::escalation::Visit;
 use crate::limits::limiter::{Decision, LimitResult};
 
@@ -271,6 +274,8 @@ pub struct Metrics {
     rewrite_status: Vec<(u16, Id)>,
     /// `crawlguard.browser_check.<id>.inconsistent`, per catalog browser check.
     browser_check: Vec<Id>,
+    /// `crawlguard.signature.<event>`, in [`SignatureEvent::names`] order.
+    signature: Vec<Id>,
     /// Per route (shedding only).
     pub route_gauges: Vec<RouteGauges>,
     /// Fleet mode only.
@@ -348,6 +353,11 @@ impl Metrics {
             .iter()
             .map(|c| define(&format!("crawlguard.browser_check.{}.inconsistent", c.id)))
             .collect();
+        if cfg.signed_agents.enabled() {
+            m.signature = SignatureEvent::names()
+                .map(|e| define(&format!("crawlguard.signature.{e}")))
+                .collect();
+        }
         m.route_limited = (0..=cfg.routes.len())
             .map(|i| define(&format!("crawlguard.route.{}.limited", cfg.route_name(i))))
             .collect();
@@ -429,6 +439,14 @@ impl Metrics {
                 bump(id, inc);
             }
         }
+    }
+
+    /// Counts signature event `e` on `host`.
+    pub fn count_signature(&self, host: &mut dyn crate::host::Host, e: SignatureEvent) {
+        bump(
+            self.signature.get(e.index()).copied().flatten(),
+            &mut |id| host.increment(id),
+        );
     }
 
     /// Counts verification event `e` on `host`.
@@ -541,7 +559,7 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 9 * 10 + 1 + 5 + 4 + 14 + 5 + 2 + 1 + 2);
+        assert_eq!(n.len(), 9 * 10 + 1 + 5 + 14 + 4 + 14 + 5 + 2 + 1 + 2);
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
         assert_eq!(n[4], "crawlguard.class.search_crawler.malformed");
         assert_eq!(n[5], "crawlguard.class.search_crawler.retry_after_ignored");
@@ -551,8 +569,11 @@ mod tests {
             "crawlguard.browser_check.fetch_metadata.inconsistent"
         );
         assert_eq!(n[95], "crawlguard.browser_check.network.inconsistent");
-        assert_eq!(n[96], "crawlguard.route.api.limited");
-        assert_eq!(n[97], "crawlguard.route.default.limited");
+        assert_eq!(n[96], "crawlguard.signature.verified");
+        assert_eq!(n[107], "crawlguard.signature.replayed");
+        assert_eq!(n[109], "crawlguard.signature.error");
+        assert_eq!(n[110], "crawlguard.route.api.limited");
+        assert_eq!(n[111], "crawlguard.route.default.limited");
         assert_eq!(
             n.get(n.len() - 2).map(String::as_str),
             Some("crawlguard.rewrite.status_503")

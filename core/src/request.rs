@@ -14,7 +14,7 @@
 //! crawlguard itself is never rewritten. `filter.rs` only translates callbacks into these
 //! calls.
 
-use crate::config::{Config, KeyKind};
+use crate::config::Config;
 use crate::host::{ContextId, Host, LocalReply};
 use crate::identity::browser_checks;
 use crate::identity::class::Class;
@@ -165,7 +165,7 @@ impl RequestState {
         // other than an exempt path sets the header with one replace call, which in Envoy
         // removes every line the client sent before adding ours (integration tests send
         // several lines and see one value upstream), so only an exempt path removes it.
-        let mut facts = Facts::read(cfg, host);
+        let facts = Facts::read(cfg, host);
         if facts.exempt {
             host.set_request_header(&cfg.class_header, None);
             // Before classification and verification: robots.txt and sitemaps are never
@@ -174,6 +174,11 @@ impl RequestState {
             self.phase = Phase::Exempt;
             return Step::Continue;
         }
+        // A verified signature names the agent whatever its User-Agent says: decided first.
+        let mut facts = match self.on_signature(&me, context, w, host, facts) {
+            Ok(step) => return step,
+            Err(unsigned) => unsigned,
+        };
         let ua = host.request_header("user-agent");
         let c = cfg.classifier.classify(ua.as_deref());
         let mut asn = None;
@@ -243,7 +248,7 @@ impl RequestState {
                 }
             }
         }
-        let key_headers = read_key_headers(cfg, host);
+        let key_headers = facts::read_key_headers(cfg, host);
         // The network, for `asn` keys: read here unless a browser check read it.
         let asn = match (asn, &cfg.client_signals.asn_header) {
             (Some(read), _) => read,
@@ -468,16 +473,6 @@ impl RequestState {
             *sent = host.now_ns().unwrap_or(*sent);
         }
     }
-}
-
-/// Every line of each header a header-keyed limit needs, read up front (nothing when no
-/// limit is keyed by a header).
-fn read_key_headers<'a>(cfg: &'a Config, host: &mut dyn Host) -> Vec<(&'a str, Vec<Vec<u8>>)> {
-    cfg.limits
-        .iter()
-        .flat_map(|l| l.key.parts().iter().filter_map(KeyKind::header_name))
-        .map(|name| (name, host.request_header_lines(name)))
-        .collect()
 }
 
 /// Resumes a request paused on a verdict, with `class` (root side; the request may be gone,

@@ -10,7 +10,7 @@ use crate::fleet::sync::{self, SyncParts, SyncState};
 use crate::host::{Host, TICK_MS};
 use crate::identity::published_ranges::{self, RangesParts};
 use crate::identity::verification::{self, Resolution, VerificationState, VerifyParts};
-use crate::identity::verifier_callouts;
+use crate::identity::{signature_callouts, verifier_callouts};
 use crate::limits::limiter::Limiter;
 use crate::log_limit::WarnEvery10s;
 use crate::metrics::{MetricKind, Metrics};
@@ -142,7 +142,12 @@ impl Worker {
             Ok(l) => l.table().precreate(store)?,
             Err(_) => 0,
         };
-        Ok(buckets + self.verifier.verdicts.precreate(store)?)
+        let nonces = if self.cfg.signed_agents.enabled() {
+            self.verifier.nonces.precreate(store)?
+        } else {
+            0
+        };
+        Ok(buckets + self.verifier.verdicts.precreate(store)? + nonces)
     }
 
     /// One line for the log at configuration time.
@@ -163,7 +168,12 @@ impl Worker {
     pub fn on_wake(&self, host: &mut dyn Host) {
         self.verifier.wake_arrived();
         let now = host.now_ns().unwrap_or(0);
-        let resumed = verifier_callouts::dispatch_queued(self.verify_parts(), host, now);
+        let mut resumed = verifier_callouts::dispatch_queued(self.verify_parts(), host, now);
+        resumed.extend(signature_callouts::dispatch_queued(
+            self.verify_parts(),
+            host,
+            now,
+        ));
         self.resume(host, resumed);
     }
 
@@ -211,6 +221,11 @@ impl Worker {
         {
             return published_ranges::on_response(self.ranges_parts(), host, status, body);
         }
+        if let Some(resumed) =
+            signature_callouts::on_response(self.verify_parts(), host, token, status, body, now)
+        {
+            return self.resume(host, resumed);
+        }
         let resumed = verifier_callouts::on_callout_response(
             self.verify_parts(),
             host,
@@ -252,12 +267,23 @@ impl Worker {
             .verifier
             .flights
             .try_borrow()
-            .map_or(true, |f| f.is_empty());
+            .map_or(true, |f| f.is_empty())
+            && self
+                .verifier
+                .signatures
+                .try_borrow()
+                .map_or(true, |c| c.is_empty());
         if empty {
             return;
         }
         let now = host.now_ns().unwrap_or(u64::MAX);
         let mut resumed = verifier_callouts::expire(self.verify_parts(), host, now);
+        resumed.extend(signature_callouts::expire(self.verify_parts(), host, now));
+        resumed.extend(signature_callouts::dispatch_queued(
+            self.verify_parts(),
+            host,
+            now,
+        ));
         resumed.extend(verifier_callouts::dispatch_queued(
             self.verify_parts(),
             host,
@@ -272,7 +298,8 @@ impl Worker {
             l.return_leases(host.shared_data());
         }
         let now = host.now_ns().unwrap_or(0);
-        let resumed = verifier_callouts::drain(self.verify_parts(), host, now);
+        let mut resumed = verifier_callouts::drain(self.verify_parts(), host, now);
+        resumed.extend(signature_callouts::drain(self.verify_parts(), host));
         self.resume(host, resumed);
     }
 

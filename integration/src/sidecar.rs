@@ -150,6 +150,11 @@ pub struct SidecarOpts {
     pub env: Vec<(String, String)>,
     /// Listen on this port of 127.0.0.1 (`None`: a free one the sidecar picks).
     pub port: Option<u16>,
+    /// More command-line arguments (e.g. `--allow-loopback-agent-directories`).
+    pub args: Vec<String>,
+    /// `--cache-dir` (`None`: one in the sidecar's own temp directory, gone with it); a
+    /// directory of the test's keeps the caches across [`Sidecar::restart`].
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl SidecarOpts {
@@ -199,8 +204,13 @@ impl Sidecar {
             "debug".into(),
             "--no-builtin-range-urls".into(),
             "--cache-dir".into(),
-            dir.path().join("range-cache").display().to_string(),
+            opts.cache_dir
+                .clone()
+                .unwrap_or_else(|| dir.path().join("range-cache"))
+                .display()
+                .to_string(),
         ];
+        args.extend(opts.args.iter().cloned());
         for ns in &opts.nameservers {
             args.extend(["--nameserver".into(), ns.to_string()]);
         }

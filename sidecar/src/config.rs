@@ -37,6 +37,8 @@ pub struct Config {
     pub bots_mode: BotsMode,
     /// Per-bot verification methods.
     pub bots: Vec<BotConfig>,
+    /// Signed agents (Web Bot Auth): allowed origins, directory fetching, signature window.
+    pub agents: crate::agents::AgentsConfig,
 }
 
 /// DNS resolution settings.
@@ -200,6 +202,7 @@ impl Default for Config {
             ranges: RangesConfig::default(),
             bots_mode: BotsMode::Merge,
             bots: Vec::new(),
+            agents: crate::agents::AgentsConfig::default(),
         }
     }
 }
@@ -340,6 +343,7 @@ impl Config {
             return err("cache.max_entries: must be at least 1".into());
         }
         self.redis.validate()?;
+        self.agents.validate().map_err(ConfigError)?;
         for (name, v) in [
             ("ttl.verified_s", self.ttl.verified_s),
             ("ttl.spoofed_s", self.ttl.spoofed_s),

@@ -11,9 +11,13 @@
 //! Envoy's bucket consumption to Redis atomically, and [`redis_store`] is the one Redis
 //! client, which also shares FCrDNS verdicts across the fleet.
 //!
+//! Signed agents (Web Bot Auth): [`agents`] serves `POST /v1/signature`, verifying a signed
+//! request's ed25519 signature with its agent's key directory (fetched safely, cached).
+//!
 //! The binary (`main.rs`: flags, configuration, the loads at start) runs the service with
 //! [`serve`]; [`range_reports`] logs and counts what range loads and fetches did.
 
+pub mod agents;
 pub mod catalog;
 pub mod check;
 pub mod config;

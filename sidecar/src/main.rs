@@ -142,10 +142,16 @@ struct Cli {
     /// any error).
     #[arg(long)]
     check_config: bool,
+
+    /// Tests only: let agent key directories be fetched from loopback addresses (never
+    /// private or link-local ones). Do not use in production.
+    #[arg(long, hide = true)]
+    allow_loopback_agent_directories: bool,
 }
 
 impl Cli {
     fn apply(&self, c: &mut Config) {
+        c.agents.allow_loopback = self.allow_loopback_agent_directories;
         if let Some(v) = self.listen {
             c.listen = v;
         }

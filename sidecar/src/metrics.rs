@@ -67,6 +67,8 @@ pub struct Metrics {
     registry: Registry,
     /// Fleet mode: Redis and the sync endpoint.
     pub fleet: FleetMetrics,
+    /// Signed agents: signatures and key directories.
+    pub agents: crate::agents::AgentMetrics,
     /// Answers given, by bot, method and verdict (cache hits included).
     pub verdicts: Family<VerdictLabels, Counter>,
     /// Verdicts served from the cache (including requests that joined an in-flight
@@ -215,10 +217,12 @@ impl Metrics {
         );
 
         let fleet = FleetMetrics::register(&mut registry);
+        let agents = crate::agents::AgentMetrics::register(&mut registry);
 
         Metrics {
             registry,
             fleet,
+            agents,
             verdicts,
             cache_hits,
             cache_misses,

@@ -145,8 +145,17 @@ pub async fn serve(
         writeln!(out, "listening on {bound}").context("writing to stdout")?;
         out.flush().context("writing to stdout")?;
     }
+    let agents = crate::agents::Agents::new(
+        &config.agents,
+        config.ranges.cache_dir().map(std::path::PathBuf::from),
+        metrics.agents.clone(),
+    )
+    .map_err(anyhow::Error::msg)
+    .context("configuring signed agents")?;
     let fleet = Fleet::new(store, metrics);
-    axum::serve(listener, crate::http::router_with_fleet(verifier, fleet))
+    let routes = crate::http::router_with_fleet(verifier, fleet)
+        .merge(crate::agents::router(Arc::new(agents)));
+    axum::serve(listener, routes)
         .with_graceful_shutdown(shutdown_signal())
         .await
         .context("serving HTTP")

@@ -106,7 +106,7 @@ impl Catalog {
     /// The README's generated blocks, `(name, block)`: each table between its two marker
     /// lines, `<!-- BEGIN <name>: generated from contract/catalog/bots.json -->` and
     /// `<!-- END <name> -->`.
-    pub fn readme_blocks(&self) -> [(&'static str, String); 6] {
+    pub fn readme_blocks(&self) -> [(&'static str, String); 7] {
         let block = |name: &str, table: String| {
             format!("{}\n{table}{}", begin_marker(name), end_marker(name))
         };
@@ -134,6 +134,10 @@ impl Catalog {
             (
                 "datacenter networks",
                 block("datacenter networks", self.markdown_datacenter_asns()),
+            ),
+            (
+                "signed agents",
+                block("signed agents", self.markdown_signed_agents()),
             ),
         ]
     }

@@ -91,6 +91,7 @@ impl Catalog {
         self.validate_human(&ids)?;
         cited.insert(self.human.source.as_str());
         cited.extend(self.validate_browser_checks()?);
+        cited.extend(self.validate_signed_agents(&ids)?);
         for (key, s) in &self.sources {
             if !cited.contains(key.as_str()) {
                 return Err(CatalogError(format!(

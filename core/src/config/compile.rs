@@ -68,6 +68,8 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
             Some(c) => bits | 1 << (c as u32),
             None => u32::MAX,
         });
+    let bot_ids: Vec<&str> = classifier.entries().iter().map(|b| b.id.as_str()).collect();
+    let signed_agents = super::signed_agents::compile(&raw.signed_agents, &bot_ids)?;
     compile_rewrite(&raw.rewrite, &shedding.retry_after)?;
     let degraded = match &raw.degraded {
         None => None,
@@ -77,6 +79,7 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         browser_checks,
         client_signals,
         asn_keyed_classes,
+        signed_agents,
         mode: raw.mode,
         client_ip,
         classifier,

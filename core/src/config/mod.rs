@@ -22,6 +22,7 @@ mod json_path;
 mod limits;
 mod raw;
 mod sections;
+mod signed_agents;
 mod warnings;
 
 use crate::identity::class::{Class, PerClass};
@@ -38,6 +39,7 @@ pub use sections::{
     BrowserCheckMode, BrowserChecks, DegradedShare, FleetConfig, OnError, RewriteConfig,
     ShedThresholds, Shedding, StoreConfig, VerifierConfig,
 };
+pub use signed_agents::{SignedAgent, SignedAgents, SignedAgentsMode, DEFAULT_NONCE_SLOTS};
 
 /// The embedded default configuration (also shipped as `envoy/crawlguard.default.json`).
 pub const DEFAULT_CONFIG_JSON: &str = include_str!("../../../envoy/crawlguard.default.json");
@@ -381,6 +383,8 @@ pub struct Config {
     /// Bit `class as usize`: some limit of the class (or of every class) has an `asn` key
     /// part, so its requests read `client_signals.asn_header` ([`Config::asn_keyed`]).
     pub asn_keyed_classes: u32,
+    /// `signed_agents`: Web Bot Auth signatures and the agents they name.
+    pub signed_agents: SignedAgents,
     /// Lowercase response header the origin sets on degraded pages; such a 200 becomes a 503
     /// for crawler classes (soft-404 guard). `None` = off.
     pub degraded: Option<String>,

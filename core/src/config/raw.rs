@@ -81,6 +81,8 @@ pub(super) struct RawConfig {
     pub(super) browser_checks: BTreeMap<String, BrowserCheckMode>,
     #[serde(default)]
     pub(super) client_signals: super::client_signals::RawClientSignals,
+    #[serde(default)]
+    pub(super) signed_agents: super::signed_agents::RawSignedAgents,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -43,6 +43,7 @@ fn embedded_default_file_equals_field_defaults() {
     assert_eq!(file.degraded, fields.degraded);
     assert_eq!(file.browser_checks, fields.browser_checks);
     assert_eq!(file.client_signals, fields.client_signals);
+    assert_eq!(file.signed_agents, fields.signed_agents);
     assert_eq!(file.classifier.entries(), fields.classifier.entries());
     assert_eq!(
         file.classifier.non_browser(),
@@ -914,4 +915,78 @@ fn a_modes_name_is_what_the_configuration_says() {
         assert_eq!(read, m);
     }
     assert_eq!(Mode::Shadow.as_str(), "shadow");
+}
+
+#[test]
+fn signed_agents_extend_the_catalogs_and_are_checked_with_their_field_path() {
+    let c = parse(b"{}").expect("defaults");
+    assert_eq!(
+        c.signed_agents.mode,
+        crate::config::SignedAgentsMode::Enforce
+    );
+    assert_eq!(c.signed_agents.nonce_slots, 16_384);
+    assert_eq!(
+        c.signed_agents
+            .agents
+            .iter()
+            .map(|a| (a.id.as_str(), a.origin.as_str(), a.class))
+            .collect::<Vec<_>>(),
+        vec![("chatgpt-agent", "https://chatgpt.com", Class::AiRetriever)]
+    );
+    let c = parse(
+        br#"{"signed_agents":{"mode":"shadow","agents":[
+            {"id":"my-agent","origin":"https://agent.example:8443","class":"ai_retriever"},
+            {"id":"chatgpt-agent","origin":"https://chatgpt.example","class":"ai_trainer"}]}}"#,
+    )
+    .expect("valid");
+    assert_eq!(
+        c.signed_agents.mode,
+        crate::config::SignedAgentsMode::Shadow
+    );
+    // A configured id replaces the catalog's entry.
+    assert_eq!(
+        c.signed_agents
+            .agents
+            .iter()
+            .map(|a| (a.id.as_str(), a.origin.as_str()))
+            .collect::<Vec<_>>(),
+        vec![
+            ("my-agent", "https://agent.example:8443"),
+            ("chatgpt-agent", "https://chatgpt.example")
+        ]
+    );
+    for (json, path) in [
+        (
+            r#"{"signed_agents":{"agents":[{"id":"googlebot","origin":"https://a.example","class":"ai_retriever"}]}}"#,
+            "signed_agents.agents[0].id",
+        ),
+        (
+            r#"{"signed_agents":{"agents":[{"id":"a","origin":"http://a.example","class":"ai_retriever"}]}}"#,
+            "signed_agents.agents[0].origin",
+        ),
+        (
+            r#"{"signed_agents":{"agents":[{"id":"a","origin":"https://a.example/x","class":"ai_retriever"}]}}"#,
+            "signed_agents.agents[0].origin",
+        ),
+        (
+            r#"{"signed_agents":{"agents":[{"id":"a","origin":"https://a.example","class":"human"}]}}"#,
+            "signed_agents.agents[0].class",
+        ),
+        (
+            r#"{"signed_agents":{"agents":[{"id":"a","origin":"https://a.example","class":"ai_retriever"},{"id":"b","origin":"https://a.example","class":"ai_retriever"}]}}"#,
+            "signed_agents.agents[1].id",
+        ),
+        (
+            r#"{"signed_agents":{"nonce_slots":8}}"#,
+            "signed_agents.nonce_slots",
+        ),
+        (r#"{"signed_agents":{"mode":"loud"}}"#, "signed_agents.mode"),
+        (
+            r#"{"signed_agents":{"agents":[],"extra":1}}"#,
+            "signed_agents.extra",
+        ),
+    ] {
+        let e = parse(json.as_bytes()).expect_err(json);
+        assert_eq!(e.path, path, "{json}: {e}");
+    }
 }

@@ -12,7 +12,9 @@
 use crate::config::{Config, OnError};
 use crate::host::Host;
 use crate::identity::class::Class;
+use crate::identity::nonce_store::NonceStore;
 use crate::identity::published_ranges::RangesState;
+use crate::identity::signature_checks::SignatureChecks;
 use crate::identity::verdict_cache::{ClaimEntry, VerdictCache};
 use crate::identity::verifier_answer::{self, VerifyError};
 use crate::identity::verifier_flights::{Claim, Flights, Joined, Waiter};
@@ -37,6 +39,11 @@ pub struct VerificationState<W> {
     /// The sidecar's published ranges in use and their fetch
     /// ([`crate::identity::published_ranges`]).
     pub ranges: RefCell<RangesState>,
+    /// Signed agents' checks in flight on this worker
+    /// ([`crate::identity::signed_agents`]).
+    pub signatures: RefCell<SignatureChecks<W>>,
+    /// Signed agents' nonces, shared by the workers (replay protection).
+    pub nonces: NonceStore,
     /// Verifier error warnings.
     pub warning: WarnEvery10s,
     /// A root wake-up is already queued (one is enough for any number of new flights).
@@ -50,6 +57,14 @@ impl<W> VerificationState<W> {
             verdicts: VerdictCache::new(cfg.verifier.cache_slots, cfg.store.cas_retries),
             flights: RefCell::new(Flights::default()),
             ranges: RefCell::new(RangesState::default()),
+            signatures: RefCell::new(SignatureChecks::default()),
+            nonces: NonceStore::new(
+                cfg.signed_agents.nonce_slots,
+                cfg.store.cas_retries,
+                cfg.store
+                    .hash_seed
+                    .unwrap_or(crate::store::PUBLISHED_HASH_SEED),
+            ),
             warning: WarnEvery10s::default(),
             wake_pending: Cell::new(false),
         }

@@ -1,9 +1,11 @@
 //! A request's crawler claim: decided by the published ranges or the verdict cache now, or
-//! paused on the claim's verifier flight ([`crate::identity::verification`]).
+//! paused on the claim's verifier flight ([`crate::identity::verification`]); and a signed
+//! agent's claim, its Web Bot Auth signature ([`crate::identity::signed_agents`]).
 
-use super::{Facts, Handle, RequestParts};
+use super::{Facts, Handle, Phase, RequestParts, RequestState, Step};
 use crate::host::{ContextId, Host};
 use crate::identity::class::Class;
+use crate::identity::signed_agents::{self, Signed};
 use crate::identity::verification::{self, Check};
 use crate::identity::verifier_flights::{Claim, Waiter};
 
@@ -69,5 +71,39 @@ pub(super) fn verify_claim(
     match verification::check(w.verify(), host, &claim, waiter, now) {
         Check::Class(class) => Some(class),
         Check::Wait => None,
+    }
+}
+
+impl RequestState {
+    /// A signed agent's request: decided (`Ok`: forwarded or answered with the agent's
+    /// class, `spoofed` or `verifier.on_error`), or paused for its signature's check (`Ok`
+    /// too); `Err(facts)` when it carries no signature of a known agent (decided as if
+    /// unsigned, by its User-Agent).
+    pub(super) fn on_signature(
+        &mut self,
+        me: &Handle,
+        context: ContextId,
+        w: RequestParts<'_>,
+        host: &mut dyn Host,
+        mut facts: Facts,
+    ) -> Result<Step, Facts> {
+        let waiter = |deadline_ns| Waiter {
+            context,
+            handle: me.clone(),
+            deadline_ns,
+        };
+        match signed_agents::judge(w.verify(), host, waiter) {
+            Signed::Unsigned => Err(facts),
+            Signed::Class(class, agent) => {
+                facts.claimed = Some(agent.class);
+                Ok(self.decide(w, host, &facts, class, Some(&agent.id), None))
+            }
+            Signed::Wait(agent) => {
+                facts.claimed = Some(agent.class);
+                facts.bot = Some(agent.id.clone());
+                self.phase = Phase::AwaitingVerdict(Box::new(facts));
+                Ok(Step::Pause)
+            }
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! What a request's headers say, read once: its route, client address and prefix, and
 //! whether its path is exempt ([`Facts`]).
 
-use crate::config::{Config, IpSource};
+use crate::config::{Config, IpSource, KeyKind};
 use crate::host::Host;
 use crate::identity::class::Class;
 use crate::identity::client_ip;
@@ -76,4 +76,17 @@ impl Facts {
             claimed: None,
         }
     }
+}
+
+/// Every line of each header a header-keyed limit needs, read up front (nothing when no
+/// limit is keyed by a header).
+pub(super) fn read_key_headers<'a>(
+    cfg: &'a Config,
+    host: &mut dyn Host,
+) -> Vec<(&'a str, Vec<Vec<u8>>)> {
+    cfg.limits
+        .iter()
+        .flat_map(|l| l.key.parts().iter().filter_map(KeyKind::header_name))
+        .map(|name| (name, host.request_header_lines(name)))
+        .collect()
 }
