@@ -9,7 +9,12 @@
 //!   came back before (`retry_after_ignored`) or after (`retry_after_honoured`, the first
 //!   one) the Retry-After their key was given, and rejections made longer by escalation
 //!   (`escalated`);
+//! - `crawlguard.class.<class>.limited_in_flight` / `.shadow_limited_in_flight`: the
+//!   rejections (and shadow rejections) of those that were for requests in flight (a
+//!   concurrency limit's `max_in_flight`, or a cost-based limit's `cost.max_in_flight`);
 //! - `crawlguard.exempt`: exempt paths (decided before any classification);
+//!   `crawlguard.exempt_limited` / `crawlguard.exempt_shadow_limited`: those over the exempt
+//!   paths' own per-client limit (rejected / shadow mode);
 //! - `crawlguard.browser_check.<id>.inconsistent`: `human` requests that failed a browser
 //!   check of the catalog (enforced: class `suspect_browser`; shadow mode: still `human`);
 //! - `crawlguard.stats.flushes`: flushes of the counters below (see [`CounterBuffer`]);
@@ -213,6 +218,8 @@ struct ClassCounters {
     escalated: Id,
     shed: Id,
     shadow_shed: Id,
+    limited_in_flight: Id,
+    shadow_limited_in_flight: Id,
 }
 
 /// Fleet-mode counters and gauges (`crawlguard.fleet.<name>`, defined when fleet mode is
@@ -262,6 +269,8 @@ pub struct RouteGauges {
 pub struct Metrics {
     class: PerClass<ClassCounters>,
     exempt: Id,
+    exempt_limited: Id,
+    exempt_shadow_limited: Id,
     /// `crawlguard.stats.flushes`: added to directly (not buffered) at each flush.
     pub flushes: Id,
     route_limited: Vec<Id>,
@@ -341,9 +350,13 @@ impl Metrics {
                 escalated: d("escalated"),
                 shed: d("shed"),
                 shadow_shed: d("shadow_shed"),
+                limited_in_flight: d("limited_in_flight"),
+                shadow_limited_in_flight: d("shadow_limited_in_flight"),
             };
         }
         m.exempt = define("crawlguard.exempt");
+        m.exempt_limited = define("crawlguard.exempt_limited");
+        m.exempt_shadow_limited = define("crawlguard.exempt_shadow_limited");
         m.browser_check = crate::identity::catalog::builtin_browser_checks()
             .iter()
             .map(|c| define(&format!("crawlguard.browser_check.{}.inconsistent", c.id)))
@@ -392,8 +405,22 @@ impl Metrics {
         bump(self.exempt, inc);
     }
 
-    /// Counts the decision for a request of class `class`: its decision, `fail_open` when
-    /// the per-worker fallback decided, the route's `limited`, and each kind of store trouble.
+    /// Counts a request for an exempt path over the exempt paths' own limit (`shadow`:
+    /// counted, forwarded).
+    pub fn record_exempt_limited(&self, shadow: bool, inc: &mut dyn FnMut(u32)) {
+        bump(
+            if shadow {
+                self.exempt_shadow_limited
+            } else {
+                self.exempt_limited
+            },
+            inc,
+        );
+    }
+
+    /// Counts the decision for a request of class `class`: its decision (and, for a
+    /// rejection over requests in flight, its `limited_in_flight`), `fail_open` when the
+    /// per-worker fallback decided, the route's `limited`, and each kind of store trouble.
     pub fn record(&self, class: Class, outcome: &LimitResult, inc: &mut dyn FnMut(u32)) {
         let c = self.class[class];
         let (decision, limited) = match outcome.decision {
@@ -403,6 +430,13 @@ impl Metrics {
             Decision::Malformed { .. } | Decision::ShadowMalformed { .. } => (c.malformed, false),
         };
         bump(decision, inc);
+        match outcome.decision {
+            Decision::Limited(o) if o.in_flight.is_some() => bump(c.limited_in_flight, inc),
+            Decision::ShadowLimited(o) if o.in_flight.is_some() => {
+                bump(c.shadow_limited_in_flight, inc)
+            }
+            _ => {}
+        }
         if outcome.store.fell_back() {
             bump(c.fail_open, inc);
         }
@@ -541,17 +575,20 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 9 * 10 + 1 + 2 + 4 + 14 + 5 + 2 + 1 + 2);
+        assert_eq!(n.len(), 9 * 12 + 3 + 2 + 4 + 14 + 5 + 2 + 1 + 2);
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
         assert_eq!(n[4], "crawlguard.class.search_crawler.malformed");
         assert_eq!(n[5], "crawlguard.class.search_crawler.retry_after_ignored");
-        assert_eq!(n[90], "crawlguard.exempt");
+        assert_eq!(n[10], "crawlguard.class.search_crawler.limited_in_flight");
+        assert_eq!(n[108], "crawlguard.exempt");
+        assert_eq!(n[109], "crawlguard.exempt_limited");
+        assert_eq!(n[110], "crawlguard.exempt_shadow_limited");
         assert_eq!(
-            n[91],
+            n[111],
             "crawlguard.browser_check.fetch_metadata.inconsistent"
         );
-        assert_eq!(n[93], "crawlguard.route.api.limited");
-        assert_eq!(n[94], "crawlguard.route.default.limited");
+        assert_eq!(n[113], "crawlguard.route.api.limited");
+        assert_eq!(n[114], "crawlguard.route.default.limited");
         assert_eq!(
             n.get(n.len() - 2).map(String::as_str),
             Some("crawlguard.rewrite.status_503")
@@ -577,6 +614,7 @@ mod tests {
                 limit: 0,
                 status: 429,
                 retry_after_s: 3,
+                in_flight: Some(8),
             }),
             store: StoreEvents {
                 errors: 1,
@@ -585,11 +623,13 @@ mod tests {
             visit: Visit::Ignored,
             escalated: true,
             reservations: Vec::new(),
+            places: Vec::new(),
         };
         assert_eq!(
             hits(&by_id, |inc| m.record(Class::Human, &out, inc)),
             [
                 "crawlguard.class.human.limited",
+                "crawlguard.class.human.limited_in_flight",
                 "crawlguard.class.human.fail_open",
                 "crawlguard.route.default.limited",
                 "crawlguard.class.human.retry_after_ignored",
@@ -602,11 +642,15 @@ mod tests {
                 m.record_verify(VerifyEvent::InFlight, inc);
                 m.record_verify(VerifyEvent::PrefixSpoofed, inc);
                 m.record_exempt(inc);
+                m.record_exempt_limited(false, inc);
+                m.record_exempt_limited(true, inc);
             }),
             [
                 "crawlguard.verify.in_flight",
                 "crawlguard.verify.prefix_spoofed",
-                "crawlguard.exempt"
+                "crawlguard.exempt",
+                "crawlguard.exempt_limited",
+                "crawlguard.exempt_shadow_limited"
             ]
         );
         let plan = crate::response::rewrite::Plan {

@@ -234,10 +234,9 @@ impl Worker {
     /// and the safety net that resumes requests whose deadline passed.
     pub fn on_tick(&self, host: &mut dyn Host) {
         let tick_ns = u64::from(Self::tick_period_ms(&self.cfg)) * 1_000_000;
-        // Unspent leased tokens go back to their buckets every tick (crate::limits::lease).
-        if let Ok(mut l) = self.limiter.try_borrow_mut() {
-            l.return_leases(host.shared_data());
-        }
+        // Unspent leased tokens go back to their buckets every tick (crate::limits::lease),
+        // and the places in flight of live requests are renewed (crate::limits::in_flight).
+        self.renew_places(host);
         if let Some(now) = host.now_ns() {
             if self.cfg.fleet.enabled {
                 sync::tick(self.sync_parts(), host, now, tick_ns);
@@ -264,6 +263,18 @@ impl Worker {
             now,
         ));
         self.resume(host, resumed);
+    }
+
+    /// Root tick, also of a worker a reconfiguration replaced while its requests still
+    /// live: gives unspent leased tokens back ([`crate::limits::lease`]) and renews the
+    /// places in flight its live requests hold ([`crate::limits::in_flight`]).
+    pub fn renew_places(&self, host: &mut dyn Host) {
+        if let Ok(mut l) = self.limiter.try_borrow_mut() {
+            l.return_leases(host.shared_data());
+            if let Some(now) = host.now_ns() {
+                l.renew_places(host.shared_data(), now);
+            }
+        }
     }
 
     /// Root: the root context goes away; nothing may stay paused.

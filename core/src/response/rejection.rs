@@ -50,26 +50,58 @@ pub struct Rejection {
     pub body: &'static str,
 }
 
+/// What a rejection's `RateLimit-Policy` states of the limit that refused it
+/// (draft-ietf-httpapi-ratelimit-headers-08 section 3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quota {
+    /// A token bucket: `burst` requests (`q`) per window of `window_s` seconds (`w`, the
+    /// time an empty bucket takes to refill).
+    Window {
+        /// `q`: the bucket's capacity.
+        burst: u32,
+        /// `w`: seconds to refill it.
+        window_s: u64,
+    },
+    /// Requests in flight at once: `q` with the quota unit `concurrent-requests` (`qu`), no
+    /// window.
+    InFlight {
+        /// `q`: the cap.
+        max: u16,
+    },
+}
+
+/// The quota a rejection by `limit` states: `in_flight` the cap of requests in flight that
+/// refused it, else its token bucket's burst and window (`None`: neither, which a
+/// rejection never is).
+pub fn quota(limit: &crate::config::Limit, in_flight: Option<u16>) -> Option<Quota> {
+    match (in_flight, limit.bucket) {
+        (Some(max), _) => Some(Quota::InFlight { max }),
+        (None, Some(b)) => Some(Quota::Window {
+            burst: b.burst,
+            window_s: b.window_s(),
+        }),
+        (None, None) => None,
+    }
+}
+
 /// Builds the rejection: `retry-after`, `cache-control: no-store`, `content-type: text/plain;
-/// charset=utf-8`, and, when `ratelimit` is given as `(limit name, burst, window_s)`, the
+/// charset=utf-8`, and, when `ratelimit` is given as `(limit name, quota)`, the
 /// `ratelimit-policy` / `ratelimit` fields of draft-ietf-httpapi-ratelimit-headers (structured
-/// field syntax: `"name";q=<burst>;w=<window_s>` and `"name";r=0;t=<retry_after_s>`).
+/// field syntax: `"name";q=<burst>;w=<window_s>`, or for requests in flight
+/// `"name";q=<max>;qu="concurrent-requests"`, and `"name";r=0;t=<retry_after_s>`).
 /// No redirect, no robots directives, nothing a cache may store.
-pub fn rejection(
-    status: u16,
-    retry_after_s: u32,
-    ratelimit: Option<(&str, u32, u64)>,
-) -> Rejection {
+pub fn rejection(status: u16, retry_after_s: u32, ratelimit: Option<(&str, Quota)>) -> Rejection {
     let mut headers = vec![
         ("retry-after", retry_after_s.to_string()),
         ("cache-control", "no-store".to_string()),
         ("content-type", "text/plain; charset=utf-8".to_string()),
     ];
-    if let Some((name, burst, window_s)) = ratelimit {
-        headers.push((
-            "ratelimit-policy",
-            format!("\"{name}\";q={burst};w={window_s}"),
-        ));
+    if let Some((name, quota)) = ratelimit {
+        let policy = match quota {
+            Quota::Window { burst, window_s } => format!("\"{name}\";q={burst};w={window_s}"),
+            Quota::InFlight { max } => format!("\"{name}\";q={max};qu=\"concurrent-requests\""),
+        };
+        headers.push(("ratelimit-policy", policy));
         headers.push(("ratelimit", format!("\"{name}\";r=0;t={retry_after_s}")));
     }
     Rejection {
@@ -229,7 +261,11 @@ mod tests {
 
     #[test]
     fn ratelimit_headers_use_structured_field_syntax() {
-        let r = rejection(503, 4, Some(("human_per_ip", 100, 5)));
+        let window = Quota::Window {
+            burst: 100,
+            window_s: 5,
+        };
+        let r = rejection(503, 4, Some(("human_per_ip", window)));
         assert_eq!(r.body, body(503));
         assert_eq!(
             r.headers.get(3..),
@@ -237,6 +273,20 @@ mod tests {
                 &[
                     ("ratelimit-policy", "\"human_per_ip\";q=100;w=5".to_string()),
                     ("ratelimit", "\"human_per_ip\";r=0;t=4".to_string()),
+                ][..]
+            )
+        );
+        // Requests in flight: the draft's `concurrent-requests` quota unit, no window.
+        let r = rejection(429, 2, Some(("script_per_ip", Quota::InFlight { max: 8 })));
+        assert_eq!(
+            r.headers.get(3..),
+            Some(
+                &[
+                    (
+                        "ratelimit-policy",
+                        "\"script_per_ip\";q=8;qu=\"concurrent-requests\"".to_string()
+                    ),
+                    ("ratelimit", "\"script_per_ip\";r=0;t=2".to_string()),
                 ][..]
             )
         );
