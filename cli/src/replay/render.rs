@@ -223,25 +223,6 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
             j.cost_limits.join(", ")
         ));
     }
-    if !j.in_flight_limits.is_empty() {
-        notes.push(if j.forwarded_without_duration > 0 {
-            format!(
-                "limits bounding requests in flight ({}) need each request's duration: {} \
-                 forwarded requests had none in the log (Envoy's %DURATION%) and were replayed \
-                 as ending at once, so those limits saw them in flight for no time",
-                j.in_flight_limits.join(", "),
-                j.forwarded_without_duration
-            )
-        } else {
-            format!(
-                "limits bounding requests in flight ({}) saw each forwarded request in flight \
-                 from its start for its logged duration; lines are replayed in their order, \
-                 and Envoy writes a line when its request ends: sort a log by start time for \
-                 exact counts of long requests",
-                j.in_flight_limits.join(", ")
-            )
-        });
-    }
     if j.shedding_not_replayed {
         notes.push(
             "shedding is enabled but not replayed: it follows the origin's response times \
@@ -258,6 +239,26 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
              is not replayed"
                 .to_string(),
         );
+    }
+    if !j.in_flight_limits.is_empty() {
+        notes.push(if j.forwarded_without_duration > 0 {
+            format!(
+                "limits bounding requests in flight ({}) need each request's duration: {} \
+                 forwarded requests had none in the log (Envoy's %DURATION%, nginx's \
+                 $request_time) and were replayed as ending at once, so those limits saw them \
+                 in flight for no time",
+                j.in_flight_limits.join(", "),
+                j.forwarded_without_duration
+            )
+        } else {
+            format!(
+                "limits bounding requests in flight ({}) saw each forwarded request in flight \
+                 from its start for its logged duration; lines are replayed in their order, \
+                 and Envoy writes a line when its request ends: sort a log by start time for \
+                 exact counts of long requests",
+                j.in_flight_limits.join(", ")
+            )
+        });
     }
     if j.unresolved > 0 {
         notes.push(format!(
