@@ -1,10 +1,12 @@
 //! Validation: turns the raw document into a [`Config`], one `compile_<section>` per
 //! section; the first problem found is the error, naming the field path.
 
-use super::classes::{compile_bots, compile_classes, compile_non_browser_class};
+use super::classes::{
+    compile_bots, compile_classes, compile_non_browser_class, compile_retry_after,
+};
 use super::defaults::{default_exempt_paths, default_limits, DEFAULT_CLASS_HEADER};
 use super::headers::{header_name, taken_over_header_name};
-use super::limits::{compile_exempt_limit, compile_limits, compile_retry_after};
+use super::limits::{compile_exempt_limit, compile_limits};
 use super::raw::{RawConfig, RawShedding};
 use super::warnings;
 use super::{

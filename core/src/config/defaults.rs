@@ -84,11 +84,12 @@ pub(super) fn default_limits() -> Vec<RawLimit> {
         ..l(name, class, rate_per_s, burst, "client_ip")
     };
     // Per address, with at most `max_in_flight` of its requests in flight.
-    let per_ip =
-        |name: &str, class: &str, rate_per_s: f64, burst: u32, max_in_flight: u32| RawLimit {
-            max_in_flight: Some(max_in_flight),
-            ..l(name, class, rate_per_s, burst, "client_ip")
-        };
+    let per_ip = |name: &str, class: &str, rate_per_s: f64, burst: u32, max_in_flight: u32| {
+        with_max_in_flight(
+            l(name, class, rate_per_s, burst, "client_ip"),
+            max_in_flight,
+        )
+    };
     vec![
         l("human_per_ip", "human", 20.0, 100, "client_ip"),
         per_ip("script_per_ip", "script", 1.0, 10, SCRIPT_MAX_IN_FLIGHT),
@@ -187,6 +188,15 @@ pub(super) mod exempt_limit {
         max_s: 60,
         jitter_s: 5,
     };
+}
+
+/// `limit` with `max_in_flight` (not inlined: one copy of the struct update in the module).
+#[inline(never)]
+fn with_max_in_flight(limit: RawLimit, max_in_flight: u32) -> RawLimit {
+    RawLimit {
+        max_in_flight: Some(max_in_flight),
+        ..limit
+    }
 }
 
 /// The aggregate default limits' IPv4 prefix: a /24, the smallest block routed on the

@@ -1,14 +1,15 @@
 //! Validation of `limits`: each limit's name, class, route, rate and burst, key and cost,
 //! checked with its field path (split from `compile.rs`, which calls it).
 
+use super::classes::compile_retry_after;
 use super::defaults;
 use super::headers::{key_header_name, taken_over_header_name};
 use super::is_name;
-use super::raw::{RawExemptLimit, RawKey, RawLimit, RawRetryAfter};
+use super::raw::{RawExemptLimit, RawKey, RawLimit};
 use super::{
     err, AddressPrefix, ClassPolicy, ClientIpConfig, ConfigError, Cost, Escalation, ExemptLimit,
-    KeyKind, Limit, Mode, RetryAfter, Route, TokenBucket, DEFAULT_ROUTE, EXEMPT_LIMIT_NAME,
-    MAX_IN_FLIGHT, MAX_REFILL_S,
+    KeyKind, Limit, Mode, Route, TokenBucket, DEFAULT_ROUTE, EXEMPT_LIMIT_NAME, MAX_IN_FLIGHT,
+    MAX_REFILL_S,
 };
 use crate::identity::class::Class;
 use std::collections::HashSet;
@@ -217,33 +218,6 @@ fn compile_bucket(p: &str, rate_per_s: f64, burst: u32) -> Result<TokenBucket, C
         ));
     }
     Ok(TokenBucket::new(rate_per_s, burst))
-}
-
-/// A Retry-After range at `p` (`shedding.retry_after`, `exempt_limit.retry_after`): the
-/// fields given over `default`, `min_s` >= 1, `max_s` in `min_s..=86400`, `jitter_s` <= 3600.
-pub(super) fn compile_retry_after(
-    p: &str,
-    raw: Option<&RawRetryAfter>,
-    default: RetryAfter,
-) -> Result<RetryAfter, ConfigError> {
-    let ra = raw.map_or(default, |r| RetryAfter {
-        min_s: r.min_s.unwrap_or(default.min_s),
-        max_s: r.max_s.unwrap_or(default.max_s),
-        jitter_s: r.jitter_s.unwrap_or(default.jitter_s),
-    });
-    if ra.min_s < 1 {
-        return Err(err(format!("{p}.min_s"), "must be >= 1"));
-    }
-    if ra.max_s < ra.min_s || ra.max_s > 86_400 {
-        return Err(err(
-            format!("{p}.max_s"),
-            format!("must be in min_s..=86400 (min_s is {})", ra.min_s),
-        ));
-    }
-    if ra.jitter_s > 3_600 {
-        return Err(err(format!("{p}.jitter_s"), "must be <= 3600"));
-    }
-    Ok(ra)
 }
 
 /// `exempt_limit`: when enabled, a token bucket per client address ([`EXEMPT_LIMIT_NAME`],

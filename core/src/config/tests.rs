@@ -47,6 +47,9 @@ fn embedded_default_file_equals_field_defaults() {
         file.classifier.non_browser(),
         fields.classifier.non_browser()
     );
+    assert_eq!(file.browser_checks, fields.browser_checks);
+    assert_eq!(file.cost_headers, fields.cost_headers);
+    assert_eq!(file.warnings, fields.warnings);
 }
 
 #[test]

@@ -502,16 +502,17 @@ impl Limiter {
 
     /// Changes `key`'s state with `f` where a charge put it, only if the slot is still
     /// `key`'s (best effort: every caller gives something back or ends a flight, and a lost
-    /// change errs on the strict side or is forgotten with its epoch). A lease holds no
-    /// state: nothing to change. `dyn`: one copy of the store code for every caller.
+    /// change errs on the strict side or is forgotten with its epoch); true when it was
+    /// changed. A lease holds no state: nothing to change. `dyn`: one copy of the store code
+    /// for every caller.
     pub(crate) fn change_at(
         &mut self,
         store: &dyn SharedData,
         key: StateKey,
         at: Placed,
         f: &mut dyn FnMut(KeyState) -> KeyState,
-    ) {
-        let _ = match at {
+    ) -> bool {
+        match at {
             Placed::Shared(at) => SharedSlots {
                 table: &self.buckets,
                 store,
@@ -519,7 +520,8 @@ impl Limiter {
             .replace_at(key, at, f),
             Placed::Local(at) => self.fallback.replace_at(key, at, f),
             Placed::Lease => Ok(()),
-        };
+        }
+        .is_ok()
     }
 
     /// Gives a lease's unspent tokens back to its bucket (best effort: a lost give-back only

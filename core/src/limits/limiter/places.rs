@@ -8,7 +8,7 @@
 //! back (this worker gone) is forgotten within [`crate::limits::in_flight::EPOCH_S`] to twice
 //! that.
 
-use super::{KeyState, Limiter, Placed, StoreEvents};
+use super::{KeyState, Limiter, Placed};
 use crate::limits::in_flight::needs_renewal;
 use crate::store::local_store::LocalPlace;
 use crate::store::{SharedData, StateKey};
@@ -25,9 +25,24 @@ pub struct Place {
 struct Held {
     key: StateKey,
     at: Placed,
-    /// `(epoch_s, places)`, oldest first; two entries at most but for a moment after a
-    /// renewal failed.
+    /// `(epoch_s, places)`, oldest first: after each renewal one entry (every place in the
+    /// key's current epoch), and a second for places taken since the epoch turned.
     epochs: Vec<(u32, u16)>,
+}
+
+impl Held {
+    /// Counts `n` more places in epoch `epoch_s`, keeping the entries oldest first.
+    fn add(&mut self, epoch_s: u32, n: u16) {
+        match self.epochs.iter().position(|(e, _)| *e >= epoch_s) {
+            Some(i) if self.epochs.get(i).is_some_and(|(e, _)| *e == epoch_s) => {
+                if let Some((_, m)) = self.epochs.get_mut(i) {
+                    *m = m.saturating_add(n);
+                }
+            }
+            Some(i) => self.epochs.insert(i, (epoch_s, n)),
+            None => self.epochs.push((epoch_s, n)),
+        }
+    }
 }
 
 /// Every key of which this worker holds places (one entry per key, removed when its last
@@ -54,13 +69,7 @@ impl Limiter {
             epochs: Vec::new(),
         });
         held.at = at;
-        match held.epochs.iter_mut().find(|(e, _)| *e == epoch_s) {
-            Some((_, n)) => *n = n.saturating_add(1),
-            None => {
-                held.epochs.push((epoch_s, 1));
-                held.epochs.sort_unstable();
-            }
-        }
+        held.add(epoch_s, 1);
         Some(Place { fp: key.fp })
     }
 
@@ -104,10 +113,11 @@ impl Limiter {
     }
 
     /// Renews every place this worker holds whose epoch has ended, so that the places of
-    /// live requests keep counting (on the root tick): one write per such key, which moves
-    /// its places into the current epoch ([`crate::limits::in_flight::InFlight::renew`]).
-    /// A key is found anew (its slot, else the per-worker fallback), so places whose slot
-    /// forgot them are counted again.
+    /// live requests keep counting (on the root tick): one write per such key, where its
+    /// places were taken, which moves them into the key's current epoch
+    /// ([`crate::limits::in_flight::InFlight::renew`]; places the slot already forgot are
+    /// counted again). A renewal that fails (a store error, or a slot no longer the key's)
+    /// is tried again on the next tick.
     pub fn renew_places(&mut self, store: &dyn SharedData, now_ns: u64) {
         let due: Vec<u64> = self
             .places
@@ -120,35 +130,25 @@ impl Limiter {
             let Some(held) = self.places.keys.get(&fp) else {
                 continue;
             };
-            let key = held.key;
-            let old: Vec<(u32, u16)> = held.epochs.clone();
-            let mut events = StoreEvents::default();
-            let renewed = self.update(store, key, now_ns, &mut events, &mut |s| {
-                let mut st = s.unwrap_or_default();
-                let mut epochs: Vec<(u32, u16)> = Vec::with_capacity(old.len());
+            let (key, at) = (held.key, held.at);
+            let old: Vec<(u32, u16)> = held
+                .epochs
+                .iter()
+                .copied()
+                .filter(|(e, _)| needs_renewal(*e, now_ns))
+                .collect();
+            let mut to = 0;
+            let renewed = self.change_at(store, key, at, &mut |s| {
+                let mut places = s.places;
                 for &(e, n) in &old {
-                    let to = if needs_renewal(e, now_ns) {
-                        st.places.renew(now_ns, e, n)
-                    } else {
-                        e
-                    };
-                    match epochs.iter_mut().find(|(x, _)| *x == to) {
-                        Some((_, m)) => *m = m.saturating_add(n),
-                        None => epochs.push((to, n)),
-                    }
+                    to = places.renew(now_ns, e, n);
                 }
-                (epochs, Some(st))
+                KeyState { places, ..s }
             });
-            if let (Some((mut epochs, at)), Some(held)) = (renewed, self.places.keys.get_mut(&fp)) {
-                epochs.sort_unstable();
-                held.epochs = epochs;
-                held.at = at;
-                if matches!(
-                    at,
-                    Placed::Local(LocalPlace::Group | LocalPlace::Overflow) | Placed::Lease
-                ) {
-                    // Nowhere to count them: a shared fallback value keeps no places.
-                    self.places.keys.remove(&fp);
+            if let (true, Some(held)) = (renewed, self.places.keys.get_mut(&fp)) {
+                held.epochs.retain(|(e, _)| !needs_renewal(*e, now_ns));
+                for (_, n) in old {
+                    held.add(to, n);
                 }
             }
         }
