@@ -107,7 +107,7 @@ impl RootContext for Root {
     fn on_tick(&mut self) {
         self.retired.retain(|w| w.strong_count() > 0);
         for old in self.retired.iter().filter_map(Weak::upgrade) {
-            old.renew_places(&mut self.host);
+            old.tend_places(&mut self.host);
         }
         if let Some(w) = self.worker.clone() {
             w.on_tick(&mut self.host);

@@ -277,46 +277,101 @@ fn a_herd_on_one_url_is_held_to_a_per_path_concurrency_limit() {
     );
 }
 
-#[test]
-fn the_allow_path_of_a_concurrency_limit_costs_one_read_and_write_each_way() {
-    // A limit with a bucket and max_in_flight: its one slot is read and written once at
-    // admission (the token and the place in one compare-and-swap) and once when the
-    // stream ends (the place back). A request no concurrency limit matches (a browser)
-    // touches no shared data for it.
+/// The allow path of a concurrency limit: (shared-data calls at admission, at the stream's
+/// end, on the next tick) for a script request under a per-address limit with a bucket and
+/// `max_in_flight` `max`, once the key is warm.
+fn calls_of_one_request(max: u32) -> (u64, u64, u64) {
     let mut p = FakeProxy::new(
-        r#"{"limits":[
-          {"name":"script_per_ip","class":"script","route":"*","rate_per_s":1000,"burst":1000,"max_in_flight":30,"key":"client_ip"},
-          {"name":"human_per_ip","class":"human","route":"*","rate_per_s":1000000,"burst":1000000,"key":"client_ip"}]}"#,
+        &format!(
+            r#"{{"limits":[
+          {{"name":"script_per_ip","class":"script","route":"*","rate_per_s":1000,"burst":1000,"max_in_flight":{max},"key":"client_ip"}}]}}"#
+        ),
         T0,
     );
     let warm = open(&mut p, A, 1);
     finish(&mut p, warm[0]);
+    p.tick();
     p.host.store.calls.set(0);
     let (ctx, step) = p.get("/", CURL, A);
     assert_eq!(step, Step::Continue);
-    assert_eq!(
-        p.host.store.calls.get(),
-        2,
-        "one get, one compare-and-swap set"
-    );
+    let admission = p.host.store.calls.get();
     p.respond(ctx, &[(":status", "200")], true);
-    assert_eq!(p.host.store.calls.get(), 2, "response headers: nothing");
-    p.end_stream(ctx);
     assert_eq!(
         p.host.store.calls.get(),
-        4,
-        "the stream's end: one get, one set"
+        admission,
+        "response headers: nothing"
     );
-    // Browsers: a leased per-IP bucket, no concurrency limit: no shared data on most
-    // requests (one read and write per 17 while the bucket is far from empty).
+    p.end_stream(ctx);
+    let end = p.host.store.calls.get() - admission;
+    p.tick();
+    let tick = p.host.store.calls.get() - admission - end;
+    (admission, end, tick)
+}
+
+#[test]
+fn the_allow_path_of_a_concurrency_limit_costs_one_round_trip_far_from_its_cap() {
+    // The token and the place in one compare-and-swap (one get, one set) at admission.
+    // Under a cap below 16, the place goes back at the stream's end: one more each.
+    assert_eq!(calls_of_one_request(8), (2, 2, 0));
+    // Far from a cap of 16 or more, the give-back is held back and written on the tick.
+    assert_eq!(calls_of_one_request(30), (2, 0, 2));
+    // A key far from a large cap: one round trip per request (its admission), and one
+    // write per tick for all the give-backs held back (at most cap / 16, 64 at most).
+    let mut p = FakeProxy::new(
+        r#"{"limits":[
+          {"name":"human_in_flight","class":"human","route":"*","max_in_flight":10000,"key":"client_ip"},
+          {"name":"human_per_ip","class":"human","route":"*","rate_per_s":1000000,"burst":1000000,"key":"client_ip"}]}"#,
+        T0,
+    );
     let (c, _) = p.get("/", CHROME, B);
     finish(&mut p, c);
+    p.tick();
     p.host.store.calls.set(0);
-    for _ in 0..16 {
-        let (c, _) = p.get("/", CHROME, B);
+    for _ in 0..34 {
+        let (c, step) = p.get("/", CHROME, B);
+        assert_eq!(step, Step::Continue);
         finish(&mut p, c);
     }
+    // 34 admissions (a get and a set each), the per-IP bucket's leases run out twice (a get
+    // and a set each time), no give-back written before the tick...
+    assert_eq!(p.host.store.calls.get(), 34 * 2 + 2 * 2);
+    assert_eq!(p.worker.limiter.borrow().places_owed(), 34);
+    p.tick();
+    // ...and one write for all 34 on it.
+    assert_eq!(p.host.store.calls.get(), 34 * 2 + 2 * 2 + 2);
+    assert_eq!(p.worker.limiter.borrow().places_owed(), 0);
+    // A request no limit applies to (a script here) touches no shared data at all.
+    p.host.store.calls.set(0);
+    let (c, _) = p.get("/", CURL, A);
+    finish(&mut p, c);
+    p.tick();
     assert_eq!(p.host.store.calls.get(), 0);
+}
+
+#[test]
+fn held_back_give_backs_never_let_more_in_and_go_out_on_the_tick() {
+    // A cap of 32: a worker holds back at most 2 give-backs, and only while it last saw at
+    // most 16 in flight.
+    let cfg = r#"{"limits":[
+      {"name":"all","class":"*","route":"*","max_in_flight":32,"key":"global"}]}"#;
+    let mut a = FakeProxy::new(cfg, T0);
+    let mut b = a.second_worker(T0);
+    let on_a = open(&mut a, A, 10);
+    assert_eq!(on_a.len(), 10);
+    for c in on_a {
+        finish(&mut a, c);
+    }
+    // Written in threes (2 held back, the third writes them), one left held back.
+    assert_eq!(a.worker.limiter.borrow().places_owed(), 1);
+    // Worker B sees that one still taken: 31 fit, not 32, and never more.
+    let on_b = open(&mut b, B, 40);
+    assert_eq!(on_b.len(), 31);
+    a.tick();
+    assert_eq!(open(&mut b, B, 5).len(), 1);
+    // Near the cap (B saw 32 in flight), B writes every give-back at once.
+    finish(&mut b, on_b[0]);
+    assert_eq!(b.worker.limiter.borrow().places_owed(), 0);
+    assert_eq!(open(&mut a, A, 3).len(), 1);
 }
 
 #[test]

@@ -299,8 +299,8 @@ fn settle(
                 (Some(rate), true) => {
                     // Everything back, and the reservation's flight ends unlearned.
                     limiter.end_flight(store, &r, rate, 0, None, now_ns);
-                    if let Some(e) = place {
-                        limiter.give_back_place(store, r.key, r.at, e, now_ns);
+                    if let Some(t) = place {
+                        limiter.give_back_place(store, r.key, r.at, t.epoch_s, now_ns);
                     }
                 }
                 _ => limiter.refund(
@@ -309,7 +309,7 @@ fn settle(
                     r.at,
                     rate,
                     r.reserved,
-                    place,
+                    place.map(|t| t.epoch_s),
                     now_ns,
                 ),
             }
@@ -321,8 +321,10 @@ fn settle(
         if limit.cost.is_some() {
             reservations.push(r);
         }
-        if let Some(p) = place.and_then(|e| limiter.hold_place(r.key, r.at, e)) {
-            places.push(p);
+        if let (Some(t), Some(max)) = (place, limit.max_in_flight) {
+            if let Some(p) = limiter.hold_place(r.key, r.at, t, max) {
+                places.push(p);
+            }
         }
     }
     (reservations, places)

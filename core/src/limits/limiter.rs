@@ -131,6 +131,25 @@ pub(crate) enum Placed {
     Lease,
 }
 
+/// A place in flight just taken ([`crate::limits::in_flight`]): the epoch it counts in,
+/// and the key's places in flight with it (what this worker last saw of the key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Taken {
+    pub(crate) epoch_s: u32,
+    pub(crate) in_flight: u32,
+}
+
+impl Taken {
+    /// Takes a place of `places` at `now_ns`.
+    pub(crate) fn of(places: &mut crate::limits::in_flight::InFlight, now_ns: u64) -> Taken {
+        let epoch_s = places.take(now_ns);
+        Taken {
+            epoch_s,
+            in_flight: places.count_at(now_ns),
+        }
+    }
+}
+
 /// What charging one key did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Charged {
@@ -139,7 +158,7 @@ pub(crate) enum Charged {
     /// place in flight was taken in, if one was ([`crate::limits::in_flight`]; also
     /// [`Limiter::take_flight`]'s answer, which shares this type so that both share the
     /// store code).
-    Allowed { tokens: u32, place: Option<u32> },
+    Allowed { tokens: u32, place: Option<Taken> },
     /// Over the limit: the Retry-After to send before jitter (clamped, maybe escalated);
     /// `in_flight`: its places in flight are all taken (the bucket was not asked).
     Limited {
@@ -173,7 +192,7 @@ pub struct Limiter {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Charge {
     pub(crate) taken: Reservation,
-    pub(crate) place: Option<u32>,
+    pub(crate) place: Option<Taken>,
     pub(crate) shadow: bool,
 }
 
@@ -388,7 +407,7 @@ impl Limiter {
                 // wait (the step sets the penalty, not what is left of the last one).
                 _ if penalised => 0,
                 None => {
-                    let place = max_in_flight.map(|_| st.places.take(now_ns));
+                    let place = max_in_flight.map(|_| Taken::of(&mut st.places, now_ns));
                     let allowed = Charged::Allowed { tokens: 0, place };
                     return ((allowed, visit), Some(st));
                 }
@@ -412,7 +431,7 @@ impl Limiter {
                                     leased = size;
                                 }
                             }
-                            let place = max_in_flight.map(|_| st.places.take(now_ns));
+                            let place = max_in_flight.map(|_| Taken::of(&mut st.places, now_ns));
                             let allowed = Charged::Allowed { tokens: n, place };
                             return ((allowed, visit), Some(st));
                         }

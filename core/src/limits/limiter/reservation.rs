@@ -1,7 +1,7 @@
 //! A cost-based limit's reservations: a client address's places in flight, and settling a
 //! reservation when its response (or its stream's end) reports the cost ([`crate::limits::cost`]).
 
-use super::{Charged, KeyState, Place};
+use super::{Charged, KeyState, Place, Taken};
 use super::{Limiter, StoreEvents};
 use crate::config::Config;
 use crate::limits::bucket;
@@ -46,7 +46,7 @@ impl Limiter {
                 };
                 return ((full, Visit::Unremarkable), None);
             }
-            let place = Some(st.places.take(now_ns));
+            let place = Some(Taken::of(&mut st.places, now_ns));
             let taken = Charged::Allowed { tokens: 0, place };
             ((taken, Visit::Unremarkable), Some(st))
         }) else {
@@ -55,9 +55,8 @@ impl Limiter {
         };
         match taken {
             Charged::Allowed {
-                place: Some(epoch_s),
-                ..
-            } => Ok(self.hold_place(key, at, epoch_s)),
+                place: Some(taken), ..
+            } => Ok(self.hold_place(key, at, taken, u16::from(max_in_flight))),
             Charged::Allowed { place: None, .. } => Ok(None),
             Charged::Limited { .. } => Err(()),
         }
