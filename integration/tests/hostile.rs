@@ -684,7 +684,9 @@ async fn path_tricks_follow_envoy_normalisation_and_cannot_escape_the_api_route(
         (b"/%2e%2e/robots.txt", Exempt, "/robots.txt"),
         (b"/api/%2e%2e/robots.txt", Exempt, "/robots.txt"),
         (b"//robots.txt", Exempt, "/robots.txt"),
-        (b"/robots.txt?x", Exempt, "/robots.txt?x"),
+        // A query string is not exempt (it would make a new URL for every cache): an
+        // ordinary request, forwarded as it came.
+        (b"/robots.txt?x", Default, "/robots.txt?x"),
         (b"/%72obots.txt", Exempt, "/robots.txt"),
         (b"/ROBOTS.TXT", Default, "/ROBOTS.TXT"),
         (b"/robots.txt/", Default, "/robots.txt/"),

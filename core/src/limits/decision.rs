@@ -169,7 +169,7 @@ pub fn decide(
                     escalated: esc,
                     in_flight,
                 } => {
-                    let jitter = random() % policy.retry_after.jitter_s.saturating_add(1).max(1);
+                    let jitter = rejection::jitter_s(&policy.retry_after, random());
                     let over = OverLimit {
                         limit: i,
                         status: policy.reject_status,
@@ -260,7 +260,7 @@ pub fn decide_exempt(
             limit: idx,
             status: ex.policy.reject_status,
             retry_after_s: retry_after_s
-                .saturating_add(random() % ex.policy.retry_after.jitter_s.saturating_add(1).max(1)),
+                .saturating_add(rejection::jitter_s(&ex.policy.retry_after, random())),
             in_flight: None,
         }),
     };

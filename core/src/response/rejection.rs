@@ -11,8 +11,13 @@ use crate::config::RetryAfter;
 /// + 1)` (uniform 0..=jitter_s). Never 0.
 pub fn retry_after_s(wait_ns: u64, policy: &RetryAfter, random: u32) -> u32 {
     let clamped = clamp_s(wait_ns.div_ceil(crate::limits::bucket::NS_PER_S), policy);
-    let jitter = random % policy.jitter_s.saturating_add(1).max(1);
-    clamped.saturating_add(jitter)
+    clamped.saturating_add(jitter_s(policy, random))
+}
+
+/// The jitter added to a clamped Retry-After: `random % (jitter_s + 1)`, uniform
+/// `0..=jitter_s` seconds.
+pub fn jitter_s(policy: &RetryAfter, random: u32) -> u32 {
+    random % policy.jitter_s.saturating_add(1).max(1)
 }
 
 /// `secs` clamped to the class range `[max(min_s, 1), max(max_s, min_s, 1)]`: never 0.
