@@ -93,4 +93,3 @@ pub struct LimitResult {
     /// when forwarded).
     pub places: Vec<Place>,
 }
-
