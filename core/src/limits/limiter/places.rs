@@ -15,8 +15,8 @@
 //! more than `max_in_flight` are in flight, and a key far from its cap costs one shared-data
 //! round trip per request (its admission) instead of two. What it costs: other workers may
 //! see up to that many places per worker still taken, for at most one tick. A cap under 16
-//! never holds a give-back back, so a small cap (a client sending one request after the
-//! other under `max_in_flight: 1`) is exact to the request.
+//! never holds a give-back back: a small cap (`max_in_flight: 1` for a client that sends
+//! one request after the other) gets each place back when its stream ends.
 
 use super::{KeyState, Limiter, Placed, Taken};
 use crate::limits::in_flight::needs_renewal;
