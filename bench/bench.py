@@ -20,6 +20,8 @@ listener, same upstream):
                    request to the real sidecar, which verifies the ed25519 signature with the
                    agent's key directory (served over TLS on loopback); the sidecar's CPU per
                    request and time per verification are reported too
+  11 cg_in_flight 4 with a concurrency limit per address far from its cap (max_in_flight
+                   10,000): the cost of counting requests in flight (issue 23)
 
 Each (concurrency, configuration) is measured in several rounds, configurations alternated
 within a round, so the ratios come from figures taken together. Load: wrk on loopback.
@@ -30,7 +32,7 @@ cache hits; the filter's added latency on a verdict miss), and the `crawlguard` 
 log throughput (`report` and `replay` on 1,000,000 real log lines, one core; target
 >= 500,000 lines/s).
 
-Usage: bench/bench.py [--rounds N] [--duration S] [--quick] [--cli-only]
+Usage: bench/bench.py [--rounds N] [--duration S] [--quick] [--cli-only] [--in-flight-only]
 """
 
 import argparse
@@ -374,6 +376,13 @@ CONFIGS = {
             {"id": "bench-agent", "origin": "SIGNED_ORIGIN", "class": "ai_retriever"}]},
         "limits": [limit("agent_per_bot", "ai_retriever", BIG, BIG, "bot"),
                    limit("all_global", "*", BIG, BIG, "global")]})), "", UA_CHROME),
+    # Issue 23's target: a concurrency limit costs at most one shared-data read and write
+    # per request where it matches (here far from its cap: the give-backs are held back and
+    # written on the tick), none where none does (cg_allow).
+    "cg_in_flight": (wasm_filter(CG_WASM, json.dumps({"limits": [
+        limit("human_per_ip", "human", BIG, BIG), limit("all_global", "*", BIG, BIG, "global"),
+        {"name": "human_in_flight", "class": "human", "route": "*", "max_in_flight": 10_000,
+         "key": "client_ip"}]})), "", UA_CHROME),
 }
 
 WBA = os.path.join(ROOT, "integration/scripts/web_bot_auth.py")
@@ -927,21 +936,85 @@ def cli_lines(rows):
     return out
 
 
-def replace_cli_section(path, rows):
-    """Puts the CLI table into an existing results file (replacing an older one)."""
+IN_FLIGHT_SECTION = "## Requests in flight on the allow path (issue 23)"
+
+
+def in_flight_lines(results):
+    """The cost of a concurrency limit on the allow path: cg_allow against cg_in_flight (the
+    same with `max_in_flight` 10,000 per address), medians of the rounds, and the shared-data
+    calls per request the host tests pin (`tests/in_flight.rs`)."""
+    med = {k: {m: statistics.median(r[m] for r in v) for m in ("rps", "cpu_us_per_req")}
+           for k, v in results.items()}
+    concs = sorted({c for c, n in results if n in ("cg_allow", "cg_in_flight")})
+    out = [IN_FLIGHT_SECTION, "",
+           "Target: at most one shared-data read and write per request where a concurrency "
+           "limit matches, none where none does. A request under a limit with "
+           "`max_in_flight` takes its place in the key's slot in one read and one "
+           "compare-and-swap write (with the token, when the limit has a bucket); giving it "
+           "back is one more read and write at the stream's end, or, while the key is far "
+           "from its cap (at most half of `max_in_flight` in flight when this worker last "
+           "admitted one), part of one write per key on the worker's next tick (at most "
+           "`max_in_flight / 16`, 64, held back; a cap under 16 never holds one back). "
+           "Shared-data calls per request, as `tests/in_flight.rs` pins them on the filter's "
+           "own code:", "",
+           "| request | at admission | at the stream's end | on the next tick |",
+           "|---|---|---|---|",
+           "| no concurrency limit matches (cg_allow's leased buckets aside) | 0 | 0 | 0 |",
+           "| a limit with `max_in_flight` 8 (under 16) | 1 read + 1 write | 1 read + 1 write | 0 |",
+           "| a limit with `max_in_flight` 30, key far from its cap | 1 read + 1 write | 0 | "
+           "1 read + 1 write per key, for every give-back held back |",
+           "| cg_in_flight (`max_in_flight` 10,000, 34 requests in one tick) | 1 read + 1 write "
+           "| 0 | 1 read + 1 write for all 34 |", "",
+           "Measured (Envoy CPU time per request and req/s, medians of the rounds; a 2-core "
+           "machine shared with other work, so req/s moves by tens of percent between "
+           "rounds):", "",
+           "| configuration | " + " | ".join(f"c={c} req/s | c={c} us/req" for c in concs) + " |",
+           "|---|" + "---|---|" * len(concs)]
+    for name in ("cg_allow", "cg_in_flight"):
+        cells = []
+        for c in concs:
+            m = med.get((c, name))
+            cells += [f"{m['rps']:.0f}", f"{m['cpu_us_per_req']:.1f}"] if m else ["-", "-"]
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    cells = []
+    for c in concs:
+        a, b = med.get((c, "cg_in_flight")), med.get((c, "cg_allow"))
+        cells += ([f"{a['rps'] / b['rps']:.2f}", f"{a['cpu_us_per_req'] / b['cpu_us_per_req']:.2f}"]
+                  if a and b and b["rps"] and b["cpu_us_per_req"] else ["-", "-"])
+    out.append("| cg_in_flight / cg_allow | " + " | ".join(cells) + " |")
+    checks = []
+    for (c, name), runs in sorted(results.items()):
+        if name != "cg_in_flight":
+            continue
+        st = runs[-1]["stats"]
+        got = {k.replace("wasmcustom.", ""): v for k, v in st.items()
+               if v and ("human.allowed" in k or "human.limited" in k)}
+        checks.append(f"- c={c} cg_in_flight: non-2xx {runs[-1]['non2xx']}, {got}")
+    out += ["", "Checks (last round): every request allowed, none limited:", ""] + checks
+    return out
+
+
+def replace_section(path, marker, section_lines, how):
+    """Puts a section (starting with `marker`) into an existing results file, replacing an
+    older one, before the commands."""
     text = open(path).read() if os.path.exists(path) else "# crawlguard benchmark results\n"
-    start = text.find(CLI_SECTION)
+    start = text.find(marker)
     if start >= 0:
-        nxt = text.find("\n## ", start + len(CLI_SECTION))
+        nxt = text.find("\n## ", start + len(marker))
         end = text.find("\nCommands (as run", start) if nxt < 0 else nxt
         text = text[:start] + text[end + 1:] if end >= 0 else text[:start]
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')
-    section = "\n".join(cli_lines(rows)) + f"\n\n(measured {stamp}, `bench/bench.py --cli-only`)\n"
+    section = "\n".join(section_lines) + f"\n\n(measured {stamp}, `{how}`)\n"
     cut = text.find("\nCommands (as run")
     text = text[:cut + 1] + section + "\n" + text[cut + 1:] if cut >= 0 else \
         text.rstrip("\n") + "\n\n" + section
     with open(path, "w") as f:
         f.write(text)
+
+
+def replace_cli_section(path, rows):
+    """Puts the CLI table into an existing results file (replacing an older one)."""
+    replace_section(path, CLI_SECTION, cli_lines(rows), "bench/bench.py --cli-only")
 
 
 def machine():
@@ -1014,7 +1087,8 @@ def write_results(path, results, exact_rows, mem_row, args, ver=None, cli=None):
                         ("cg_shedding", "cg_allow", "7/4 shedding on (healthy) vs allow"),
                         ("cg_fleet", "cg_allow", "8/4 fleet mode vs allow"),
                         ("cg_signals", "cg_allow", "9/4 every browser signal vs allow"),
-                        ("cg_signed", "cg_allow", "10/4 signed agent vs allow")]:
+                        ("cg_signed", "cg_allow", "10/4 signed agent vs allow"),
+                        ("cg_in_flight", "cg_allow", "11/4 a concurrency limit vs allow")]:
         cells = []
         for c in concs:
             x, y = med.get((c, a)), med.get((c, b))
@@ -1098,6 +1172,8 @@ def write_results(path, results, exact_rows, mem_row, args, ver=None, cli=None):
             lines.append(f"| filter, {name} | {r['rps']:.0f} | {r['p50_ms']:.3f} | "
                          f"{r['p99_ms']:.3f} | misses {r['misses']}, verified {r['verified']}, "
                          f"errors {r['errors']} |")
+    if ("cg_in_flight" in CONFIGS) and any(n == "cg_in_flight" for _, n in results):
+        lines += [""] + in_flight_lines(results)
     if cli:
         lines += [""] + cli_lines(cli)
     profile = os.path.join(ROOT, "bench/profile.md")
@@ -1122,6 +1198,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results.md"))
     ap.add_argument("--cli-only", action="store_true",
                     help="only the crawlguard command's log throughput, put into --out")
+    ap.add_argument("--in-flight-only", action="store_true",
+                    help="only cg_allow against cg_in_flight (issue 23), put into --out")
     ap.add_argument("--soak", type=int, metavar="SECONDS",
                     help="only the soak run, appended to --out")
     args = ap.parse_args()
@@ -1144,6 +1222,14 @@ def main():
     sh(["cargo", "build", "-q", "--release", "--target", "wasm32-wasip1", "--manifest-path",
         "bench/ua-only/Cargo.toml", "--target-dir", "target/bench"], cwd=ROOT)
     with tempfile.TemporaryDirectory(prefix="cg-bench-") as tmp:
+        if args.in_flight_only:
+            print("requests in flight:", flush=True)
+            subset = {n: CONFIGS[n] for n in ("cg_allow", "cg_in_flight")}
+            results = throughput(tmp, args.rounds, args.duration, [1, 2], subset)
+            lines = in_flight_lines(results)
+            print("\n".join(lines))
+            replace_section(args.out, IN_FLIGHT_SECTION, lines, "bench/bench.py --in-flight-only")
+            return
         if args.soak:
             row = soak(tmp, args.soak, args.out)
             sys.exit(0 if row["downstream_5xx"] == 0 else 1)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Shrinks the filter module in place with binaryen's `wasm-opt -O3` and refuses a module of
-# 640,000 bytes or more (issue 11 promised 600,000; raised for issue 20, see bench/results.md).
+# 660,000 bytes or more (issue 11 promised 600,000; raised for issues 20 and 23, see
+# bench/results.md).
 # Idempotent and cheap when nothing changed: the optimised copy of a module is kept next to
 # it and reused while cargo's output is the same.
 #
@@ -13,7 +14,7 @@ WASM="${1:-$ROOT/target/wasm32-wasip1/release/crawlguard.wasm}"
 # own (unoptimised) copy back on every `cargo build`, even a no-op one.
 CACHE="$WASM.opt"
 CACHE_SRC="$WASM.opt.src-sha256"
-MAX_BYTES=640000
+MAX_BYTES=660000
 # The wasm features rustc (1.8x+) emits for wasm32-wasip1 by default; binaryen must accept
 # each or it refuses the module.
 FEATURES=(--enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int

@@ -9,7 +9,7 @@ use crawlguard_core::worker::{self, Worker};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType};
 use std::cell::RefCell;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 fn action(step: Step) -> Action {
     match step {
@@ -22,6 +22,9 @@ fn action(step: Step) -> Action {
 #[derive(Default)]
 pub(crate) struct Root {
     worker: Option<Rc<Worker>>,
+    /// Workers a reconfiguration replaced, while requests they admitted still live: their
+    /// places in flight are renewed on the tick until the last request ends.
+    retired: Vec<Weak<Worker>>,
     host: WasmHost,
 }
 
@@ -63,6 +66,7 @@ impl RootContext for Root {
         if let Some(old) = self.worker.take() {
             old.on_root_done(&mut self.host);
             wasm_host::flush_counters(old.metrics.flushes);
+            self.retired.push(Rc::downgrade(&old));
         }
         let mut draw = || {
             let (a, b) = (getrandom::u32().ok()?, getrandom::u32().ok()?);
@@ -104,6 +108,10 @@ impl RootContext for Root {
 
     fn on_tick(&mut self) {
         self.host.forget_request_headers();
+        self.retired.retain(|w| w.strong_count() > 0);
+        for old in self.retired.iter().filter_map(Weak::upgrade) {
+            old.tend_places(&mut self.host);
+        }
         if let Some(w) = self.worker.clone() {
             w.on_tick(&mut self.host);
             wasm_host::flush_counters(w.metrics.flushes);

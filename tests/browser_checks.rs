@@ -127,7 +127,11 @@ fn a_suspect_browser_gets_its_class_limits_a_person_keeps_human_quota() {
     p.tls = true;
     let scraper = |p: &mut FakeProxy| {
         let (ctx, _) = p.request(&[(":path", "/"), ("user-agent", CHROME)], "192.0.2.7:4000");
-        p.reply_status(ctx)
+        let status = p.reply_status(ctx);
+        // One request after the other (its per-address max_in_flight, 8, is not what this
+        // is about).
+        p.hang_up(ctx);
+        status
     };
     let refused = (0..60).filter(|_| scraper(&mut p) == Some(429)).count();
     assert_eq!(refused, 20);

@@ -111,9 +111,10 @@ fn the_tester_allows_exactly_the_contracts_overshoot_for_the_compose_fleet() {
         .filter(|l| l.class.is_none_or(|k| k == Class::OtherBot))
         .partition(|l| l.key == KeyKind::ClientIp && l.address_prefix.is_none());
     assert_eq!(per_address.len(), 1, "{per_address:?}");
-    let l = per_address[0];
+    let l = per_address[0].bucket.expect("a token bucket");
     assert_eq!(aggregate.len(), 1, "{aggregate:?}");
     for a in aggregate {
+        let a = a.bucket.expect("a token bucket");
         assert!(a.rate_per_s > l.rate_per_s && a.burst > l.burst, "{a:?}");
     }
     assert_eq!(u64::from(l.burst), tester_num("FLEET_BURST"));

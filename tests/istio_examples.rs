@@ -122,6 +122,7 @@ fn check_wasmplugin_doc(
     assert_eq!(cfg.limits, default.limits);
     assert_eq!(cfg.classes, default.classes);
     assert_eq!(cfg.exempt_paths, default.exempt_paths);
+    assert_eq!(cfg.exempt_limit, default.exempt_limit);
     // The store too, but for a seed (the fleet patch sets one: fleet mode needs it).
     let mut store = cfg.store;
     store.hash_seed = None;

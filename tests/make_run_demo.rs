@@ -24,19 +24,22 @@ fn demo_without_jitter() -> String {
     v.to_string()
 }
 
-/// The README's flood: 20 curl requests 5 ms apart; (status, Retry-After) of each.
+/// The README's flood: 20 curl requests 5 ms apart, one after the other (each ends before
+/// the next starts); (status, Retry-After) of each.
 fn flood(p: &mut FakeProxy) -> Vec<(u16, Option<String>)> {
     (0..20)
         .map(|_| {
             let (ctx, step) = p.get("/", "curl/7.88.1", LOOPBACK);
             p.advance(5 * MS);
-            match step {
+            let out = match step {
                 Step::Continue => (200, None),
                 _ => {
                     let r = p.req(ctx).reply.clone().expect("local reply");
                     (r.status, r.header("retry-after").map(str::to_string))
                 }
-            }
+            };
+            p.hang_up(ctx);
+            out
         })
         .collect()
 }

@@ -58,11 +58,19 @@ fn check_invariants(c: &Config) {
     for l in &c.limits {
         assert!(is_dotted_name(&l.name), "limit name {:?}", l.name);
         assert!(names.insert(l.name.clone()), "duplicate limit {:?}", l.name);
-        assert!(l.rate_per_s.is_finite() && l.rate_per_s > 0.0 && l.rate_per_s <= 1e6);
-        assert!((1..=1_000_000).contains(&l.burst));
-        assert!(f64::from(l.burst) / l.rate_per_s <= MAX_REFILL_S, "{l:?}");
-        assert_eq!(l.rate, Rate::new(l.rate_per_s, l.burst));
-        assert!(l.rate.emission_ns >= 1_000, "1e6/s at most: {:?}", l.rate);
+        assert!(l.bucket.is_some() || l.max_in_flight.is_some(), "{l:?}");
+        if let Some(m) = l.max_in_flight {
+            assert!((1..=10_000).contains(&m), "{l:?}");
+        }
+        if let Some(b) = l.bucket {
+            assert!(b.rate_per_s.is_finite() && b.rate_per_s > 0.0 && b.rate_per_s <= 1e6);
+            assert!((1..=1_000_000).contains(&b.burst));
+            assert!(f64::from(b.burst) / b.rate_per_s <= MAX_REFILL_S, "{l:?}");
+            assert_eq!(b.rate, Rate::new(b.rate_per_s, b.burst));
+            assert!(b.rate.emission_ns >= 1_000, "1e6/s at most: {:?}", b.rate);
+        } else {
+            assert!(l.cost.is_none(), "a cost needs a bucket: {l:?}");
+        }
         if let Some(r) = l.route {
             assert!(r <= c.routes.len());
         }
@@ -532,9 +540,10 @@ proptest! {
         for (l, s) in c.limits.iter().zip(&specs) {
             let rate: f64 = s.rate.parse().unwrap_or(f64::NAN);
             prop_assert_eq!(&l.name, &s.name);
-            prop_assert_eq!(l.rate_per_s.to_bits(), rate.to_bits(), "{} vs {}", l.rate_per_s, s.rate);
-            prop_assert_eq!(l.burst, s.burst);
-            prop_assert_eq!(l.rate, Rate::new(rate, s.burst));
+            let Some(b) = l.bucket else { return Err(TestCaseError::fail("no bucket")) };
+            prop_assert_eq!(b.rate_per_s.to_bits(), rate.to_bits(), "{} vs {}", b.rate_per_s, s.rate);
+            prop_assert_eq!(b.burst, s.burst);
+            prop_assert_eq!(b.rate, Rate::new(rate, s.burst));
             prop_assert_eq!(l.class.map(|c| c.as_str()), (s.class != "*").then_some(s.class.as_str()));
             let route = match s.route.as_str() { "*" => None, "api" => Some(0), _ => Some(1) };
             prop_assert_eq!(l.route, route);

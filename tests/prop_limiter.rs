@@ -258,11 +258,12 @@ proptest! {
             Ok(c) => c,
             Err(e) => return Err(TestCaseError::fail(format!("not a valid limit: {e}"))),
         };
-        let Some(rate) = cfg.limits.first().map(|l| l.rate) else {
+        let Some(b) = cfg.limits.first().and_then(|l| l.bucket) else {
             return Err(TestCaseError::fail("no limit"));
         };
+        let rate = b.rate;
         let e = rate.emission_ns;
-        prop_assert!((e as f64 - 1e9 / cfg.limits[0].rate_per_s).abs() <= 0.5 + 1e-9 * e as f64,
+        prop_assert!((e as f64 - 1e9 / b.rate_per_s).abs() <= 0.5 + 1e-9 * e as f64,
             "emission_ns {} for rate_per_s {}", e, rate_per_s);
         // Request times: a third at the same instant as the previous one (bursts), the rest
         // up to three emission intervals later (at most an hour).
@@ -442,8 +443,8 @@ proptest! {
         prop_assert!(limiter.table().precreate(&store).is_ok());
         store.fault.set(fault);
 
-        let per_ip = cfg.limits.first().map(|l| l.rate);
-        let api = cfg.limits.get(1).map(|l| l.rate);
+        let per_ip = cfg.limits.first().and_then(|l| l.bucket).map(|b| b.rate);
+        let api = cfg.limits.get(1).and_then(|l| l.bucket).map(|b| b.rate);
         let Some(per_ip) = per_ip else { return Err(TestCaseError::fail("no per_ip limit")) };
         // Coarsest step unit: the slower of the two limits.
         let unit = per_ip.emission_ns.max(api.map_or(0, |r| r.emission_ns));

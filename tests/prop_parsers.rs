@@ -18,6 +18,7 @@ use crawlguard_core::identity::verifier_answer::{
 };
 use crawlguard_core::limits::bucket::BucketState;
 use crawlguard_core::limits::cost::CostState;
+use crawlguard_core::limits::in_flight::InFlight;
 use crawlguard_core::limits::limiter::KeyState;
 use crawlguard_core::response::rejection::retry_after_s;
 use crawlguard_core::response::rewrite::{http_date, parse_retry_after, UpstreamRetryAfter};
@@ -559,25 +560,26 @@ proptest! {
     #![proptest_config(pt_config(1))]
 
     #[test]
-    fn bucket_slot_roundtrips(owner in 2u64.., tat_ns in any::<u64>(), last_ns in any::<u64>(), class in 0usize..=Class::ALL.len(), in_flight in any::<u8>(), in_flight_prev in any::<u8>(), epoch_s in any::<u32>(), last_cost in any::<u32>()) {
-        // The slot layout: version 5, owner, tat_ns, last_ns, then the compliance fields
-        // (all zero here but the told class: 0 for none, else its index + 1), then the cost
-        // state (in_flight, in_flight_prev, epoch_s, last_cost), little-endian.
+    fn bucket_slot_roundtrips(owner in 2u64.., tat_ns in any::<u64>(), last_ns in any::<u64>(), class in 0usize..=Class::ALL.len(), current in any::<u16>(), previous in any::<u16>(), epoch_s in any::<u32>(), last_cost in any::<u32>()) {
+        // The slot layout: version 6, owner, tat_ns, last_ns, then the compliance fields
+        // (all zero here but the told class: 0 for none, else its index + 1), then the places
+        // in flight (current, previous, epoch_s) and the learned cost, little-endian.
         let t: SlotTable<KeyState> = SlotTable::new("b:", 1, 0);
         let store = MemStore::default();
         let mut state = KeyState { bucket: BucketState { tat_ns, last_ns }, ..KeyState::default() };
         state.compliance.class = class.checked_sub(1).and_then(|i| Class::ALL.get(i).copied());
-        state.cost = CostState { in_flight, in_flight_prev, epoch_s, last_cost };
+        state.places = InFlight { current, previous, epoch_s };
+        state.cost = CostState { last_cost };
         prop_assert!(t.measure_and_replace(&store, owner, 0, |_| ((), Some(state))).is_ok());
         let (bytes, _) = store.get("b:0").ok().flatten().unwrap_or_default();
-        let mut want = vec![5u8];
+        let mut want = vec![6u8];
         want.extend_from_slice(&owner.to_le_bytes());
         want.extend_from_slice(&tat_ns.to_le_bytes());
         want.extend_from_slice(&last_ns.to_le_bytes());
         want.extend_from_slice(&[0u8; 27]);
         want.push(class as u8);
-        want.push(in_flight);
-        want.push(in_flight_prev);
+        want.extend_from_slice(&current.to_le_bytes());
+        want.extend_from_slice(&previous.to_le_bytes());
         want.extend_from_slice(&epoch_s.to_le_bytes());
         want.extend_from_slice(&last_cost.to_le_bytes());
         prop_assert_eq!(&bytes, &want);

@@ -188,7 +188,7 @@ fn readme_class_policies_and_default_limits_are_the_defaults() {
             classes += 1;
         }
         if let Some(l) = cfg.limits.iter().find(|l| l.name == name) {
-            let [_, class, rate, burst, key] = row.as_slice() else {
+            let [_, class, rate, burst, in_flight, key] = row.as_slice() else {
                 panic!("limit row {row:?}");
             };
             assert_eq!(
@@ -196,12 +196,14 @@ fn readme_class_policies_and_default_limits_are_the_defaults() {
                     class.as_str(),
                     rate.parse::<f64>().ok(),
                     burst.parse::<u32>().ok(),
+                    in_flight.parse::<u16>().ok(),
                     key.as_str()
                 ),
                 (
                     l.class.map_or("*", |c| c.as_str()),
-                    Some(l.rate_per_s),
-                    Some(l.burst),
+                    l.bucket.map(|b| b.rate_per_s),
+                    l.bucket.map(|b| b.burst),
+                    l.max_in_flight,
                     l.key_label().as_str()
                 ),
                 "limit {name}"

@@ -376,13 +376,39 @@ impl ReplayProxy {
 
     /// Runs request `r` through the filter: request headers, then (if it paused for a
     /// verdict) root wake-ups with every callout answered by `answer(path) -> (status,
-    /// body)`, then the upstream's response `status` if the request was forwarded.
+    /// body)`, then the upstream's response `status` if the request was forwarded, then the
+    /// stream's end, at once.
     pub fn run(
         &mut self,
         r: &Request<'_>,
         status: u16,
         answer: &mut dyn FnMut(&str) -> (u16, String),
     ) -> ReplayOutcome {
+        let (out, open) = self.run_open(r, status, answer);
+        if let Some(state) = open {
+            self.end_stream(&state);
+        }
+        out
+    }
+
+    /// The stream of a request [`ReplayProxy::run_open`] left open ends now (at
+    /// `host.now_ns`): it gives back its places in flight and settles its reservations, as
+    /// Envoy's end-of-stream callback does.
+    pub fn end_stream(&mut self, state: &Rc<RefCell<RequestState>>) {
+        state
+            .borrow_mut()
+            .on_stream_end(self.worker.request_parts(), &mut self.host);
+    }
+
+    /// [`ReplayProxy::run`] without the stream's end: a forwarded request's state is
+    /// returned, to end with [`ReplayProxy::end_stream`] when the log says it ended (its
+    /// places in flight count meanwhile).
+    pub fn run_open(
+        &mut self,
+        r: &Request<'_>,
+        status: u16,
+        answer: &mut dyn FnMut(&str) -> (u16, String),
+    ) -> (ReplayOutcome, Option<Rc<RefCell<RequestState>>>) {
         let ctx = self.next_ctx;
         self.next_ctx = self.next_ctx.wrapping_add(1).max(ROOT + 1);
         let q = &mut self.host.req;
@@ -463,15 +489,10 @@ impl ReplayProxy {
             );
             out.normalised = self.host.req.reply.is_some();
         }
-        // The stream ends: a reservation no response settled settles at what it reserved
-        // (changing no tokens) and stops counting toward its key's `cost.max_in_flight`,
-        // as in Envoy; each logged request has ended before the next.
-        if forwarded {
-            state
-                .borrow_mut()
-                .on_stream_end(self.worker.request_parts(), &mut self.host);
-        }
-        out
+        // The stream ends when the caller says: a reservation no response settled settles
+        // at what it reserved (changing no tokens) and stops counting toward its key's
+        // `cost.max_in_flight`, and the places in flight are given back, as in Envoy.
+        (out, forwarded.then_some(state))
     }
 }
 

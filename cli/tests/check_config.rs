@@ -244,12 +244,12 @@ fn a_class_left_unlimited_and_robots_txt_not_exempt_are_warned_about() {
                 .to_string(),
             w(
                 "search_crawler",
-                "search_crawler_per_ip (10/s, burst 50, key client_ip) and \
+                "search_crawler_per_ip (10/s, burst 50, at most 30 in flight, key client_ip) and \
                  search_crawler_per_bot (200/s, burst 2000, key bot)"
             ),
             w(
                 "ai_retriever",
-                "ai_retriever_per_ip (5/s, burst 20, key client_ip) and \
+                "ai_retriever_per_ip (5/s, burst 20, at most 30 in flight, key client_ip) and \
                  ai_retriever_per_bot (50/s, burst 500, key bot)"
             ),
             w(
@@ -264,7 +264,7 @@ fn a_class_left_unlimited_and_robots_txt_not_exempt_are_warned_about() {
             ),
             w(
                 "script",
-                "script_per_ip (1/s, burst 10, key client_ip) and \
+                "script_per_ip (1/s, burst 10, at most 8 in flight, key client_ip) and \
                  script_per_24 (5/s, burst 50, key client_ip /24 /48)"
             ),
             w(
@@ -281,7 +281,7 @@ fn a_class_left_unlimited_and_robots_txt_not_exempt_are_warned_about() {
             ),
             w(
                 "suspect_browser",
-                "suspect_browser_per_ip (2/s, burst 40, key client_ip) and \
+                "suspect_browser_per_ip (2/s, burst 40, at most 8 in flight, key client_ip) and \
                  suspect_browser_per_24 (5/s, burst 100, key client_ip /24 /48) and \
                  suspect_browser_per_asn (10/s, burst 100, key asn) and \
                  suspect_browser_global (50/s, burst 500, key global)"

@@ -261,10 +261,10 @@ fn a_limit_in_shadow_mode_beside_enforced_ones() {
          would have rejected\n"
     ));
     assert!(text.contains(
-        "per_ip  *      *      client_ip       1     20      9031       787  enforce               0\n"
+        "per_ip  *      *      client_ip       1     20          -      9031       787  enforce               0\n"
     ));
     assert!(text.contains(
-        "trial   *      *      client_ip     0.5     10      8252         0  shadow              779\n"
+        "trial   *      *      client_ip     0.5     10          -      8252         0  shadow              779\n"
     ));
 }
 
@@ -475,4 +475,52 @@ fn the_readme_replay_transcript_is_the_commands_output() {
         missing.is_empty(),
         "README lines the command does not print: {missing:#?}"
     );
+}
+
+/// crawlguard's access-log line for a curl request from `client` that started at second `s`
+/// and took `duration` (`-`: not logged).
+fn cg_line(s: u32, client: &str, duration: &str) -> String {
+    format!(
+        "[2026-12-01T07:00:{s:02}.000Z] {client} \"GET /slow\" 200 via_upstream class=script \
+         retry_after=- duration_ms={duration} upstream_ms=- limit=- ua=\"curl/8.5.0\"\n"
+    )
+}
+
+/// Replays `log` (crawlguard's format) through `cfg`; its JSON.
+fn replay_lines(cfg: &str, log: &str) -> Value {
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dir.path().join("access.log");
+    std::fs::write(&p, log).expect("write");
+    let cfg = config::parse(cfg.as_bytes()).expect("valid config");
+    let mut rp = Replay::new(cfg, 1.0, None);
+    input::each_input(&[p.display().to_string()], None, &mut |r| rp.add(r));
+    serde_json::to_value(rp.json(5)).expect("json")
+}
+
+#[test]
+fn requests_in_flight_are_replayed_from_each_lines_duration() {
+    let cfg = r#"{"limits":[
+        {"name":"two_at_once","class":"script","route":"*","max_in_flight":2,"key":"client_ip"}]}"#;
+    // Six requests of one address start at 0 s, each 3 s long: two in flight, four refused;
+    // another address has its own places; at 4 s the first two have ended: two of three
+    // more fit.
+    let mut log: String = (0..6).map(|_| cg_line(0, "192.0.2.1", "3000")).collect();
+    log += &cg_line(1, "192.0.2.2", "3000");
+    log += &cg_line(4, "192.0.2.1", "3000");
+    log += &cg_line(4, "192.0.2.1", "3000");
+    log += &cg_line(4, "192.0.2.1", "3000");
+    let j = replay_lines(cfg, &log);
+    assert_eq!(limit(&j, "two_at_once"), (5, 5));
+    assert_eq!(j["limits"][0]["max_in_flight"], 2);
+    assert_eq!(j["limits"][0]["rate_per_s"], Value::Null);
+    assert_eq!(
+        j["in_flight_limits"],
+        serde_json::json!(["two_at_once (max_in_flight 2)"])
+    );
+    assert_eq!(j["forwarded_without_duration"], 0);
+    // Without durations every request ends at once: nothing is refused, and it is said.
+    let log: String = (0..6).map(|_| cg_line(0, "192.0.2.1", "-")).collect();
+    let j = replay_lines(cfg, &log);
+    assert_eq!(limit(&j, "two_at_once"), (6, 0));
+    assert_eq!(j["forwarded_without_duration"], 6);
 }

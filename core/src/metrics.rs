@@ -9,7 +9,12 @@
 //!   came back before (`retry_after_ignored`) or after (`retry_after_honoured`, the first
 //!   one) the Retry-After their key was given, and rejections made longer by escalation
 //!   (`escalated`);
+//! - `crawlguard.class.<class>.limited_in_flight` / `.shadow_limited_in_flight`: the
+//!   rejections (and shadow rejections) of those that were for requests in flight (a
+//!   concurrency limit's `max_in_flight`, or a cost-based limit's `cost.max_in_flight`);
 //! - `crawlguard.exempt`: exempt paths (decided before any classification);
+//!   `crawlguard.exempt_limited` / `crawlguard.exempt_shadow_limited`: those over the exempt
+//!   paths' own per-client limit (rejected / shadow mode);
 //! - `crawlguard.browser_check.<id>.inconsistent`: `human` requests that failed a browser
 //!   check of the catalog (enforced: class `suspect_browser`; shadow mode: still `human`);
 //! - `crawlguard.signature.<event>`, event in [`SignatureEvent::names`]: signed requests of a
@@ -54,47 +59,8 @@ pub const DECISIONS: [&str; 7] = [
 /// the requests they count.
 pub const STATS_FLUSH_MS: u32 = crate::host::TICK_MS;
 
-/// Counter increments kept in VM memory until the next flush: one entry per counter id
-/// touched since the last flush (at most the number of defined counters, so memory is
-/// bounded by configuration), found by a linear scan (a request touches one to three).
-/// Draining keeps the capacity, so a warm buffer allocates nothing per request.
-#[derive(Debug, Default)]
-pub struct CounterBuffer {
-    pending: Vec<(u32, u64)>,
-}
-
-impl CounterBuffer {
-    /// Adds `n` to counter `id` (saturating).
-    pub fn add(&mut self, id: u32, n: u64) {
-        match self.pending.iter_mut().find(|(i, _)| *i == id) {
-            Some((_, v)) => *v = v.saturating_add(n),
-            None => self.pending.push((id, n)),
-        }
-    }
-
-    /// What counter `id` has pending (0 when nothing).
-    pub fn pending(&self, id: u32) -> u64 {
-        self.pending
-            .iter()
-            .find(|(i, _)| *i == id)
-            .map_or(0, |(_, v)| *v)
-    }
-
-    /// True when nothing is pending.
-    pub fn is_empty(&self) -> bool {
-        self.pending.is_empty()
-    }
-
-    /// Hands every pending `(id, n)` with `n > 0` to `out` (the host's counter add), in
-    /// first-touched order, and empties the buffer.
-    pub fn flush(&mut self, out: &mut dyn FnMut(u32, u64)) {
-        for (id, n) in self.pending.drain(..) {
-            if n > 0 {
-                out(id, n);
-            }
-        }
-    }
-}
+mod counter_buffer;
+pub use counter_buffer::CounterBuffer;
 
 /// What a metric is: a counter only goes up; a gauge is set to a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,6 +182,8 @@ struct ClassCounters {
     escalated: Id,
     shed: Id,
     shadow_shed: Id,
+    limited_in_flight: Id,
+    shadow_limited_in_flight: Id,
 }
 
 /// Fleet-mode counters and gauges (`crawlguard.fleet.<name>`, defined when fleet mode is
@@ -265,6 +233,8 @@ pub struct RouteGauges {
 pub struct Metrics {
     class: PerClass<ClassCounters>,
     exempt: Id,
+    exempt_limited: Id,
+    exempt_shadow_limited: Id,
     /// `crawlguard.stats.flushes`: added to directly (not buffered) at each flush.
     pub flushes: Id,
     route_limited: Vec<Id>,
@@ -346,9 +316,13 @@ impl Metrics {
                 escalated: d("escalated"),
                 shed: d("shed"),
                 shadow_shed: d("shadow_shed"),
+                limited_in_flight: d("limited_in_flight"),
+                shadow_limited_in_flight: d("shadow_limited_in_flight"),
             };
         }
         m.exempt = define("crawlguard.exempt");
+        m.exempt_limited = define("crawlguard.exempt_limited");
+        m.exempt_shadow_limited = define("crawlguard.exempt_shadow_limited");
         m.browser_check = crate::identity::catalog::builtin_browser_checks()
             .iter()
             .map(|c| define(&format!("crawlguard.browser_check.{}.inconsistent", c.id)))
@@ -402,8 +376,22 @@ impl Metrics {
         bump(self.exempt, inc);
     }
 
-    /// Counts the decision for a request of class `class`: its decision, `fail_open` when
-    /// the per-worker fallback decided, the route's `limited`, and each kind of store trouble.
+    /// Counts a request for an exempt path over the exempt paths' own limit (`shadow`:
+    /// counted, forwarded).
+    pub fn record_exempt_limited(&self, shadow: bool, inc: &mut dyn FnMut(u32)) {
+        bump(
+            if shadow {
+                self.exempt_shadow_limited
+            } else {
+                self.exempt_limited
+            },
+            inc,
+        );
+    }
+
+    /// Counts the decision for a request of class `class`: its decision (and, for a
+    /// rejection over requests in flight, its `limited_in_flight`), `fail_open` when the
+    /// per-worker fallback decided, the route's `limited`, and each kind of store trouble.
     pub fn record(&self, class: Class, outcome: &LimitResult, inc: &mut dyn FnMut(u32)) {
         let c = self.class[class];
         let (decision, limited) = match outcome.decision {
@@ -413,6 +401,13 @@ impl Metrics {
             Decision::Malformed { .. } | Decision::ShadowMalformed { .. } => (c.malformed, false),
         };
         bump(decision, inc);
+        match outcome.decision {
+            Decision::Limited(o) if o.in_flight.is_some() => bump(c.limited_in_flight, inc),
+            Decision::ShadowLimited(o) if o.in_flight.is_some() => {
+                bump(c.shadow_limited_in_flight, inc)
+            }
+            _ => {}
+        }
         if outcome.store.fell_back() {
             bump(c.fail_open, inc);
         }
@@ -515,39 +510,6 @@ mod tests {
         (m, by_id)
     }
 
-    #[test]
-    fn buffered_counts_reach_the_host_only_at_a_flush_and_add_up_exactly() {
-        let mut b = CounterBuffer::default();
-        let mut host: HashMap<u32, u64> = HashMap::new();
-        for _ in 0..1000 {
-            b.add(7, 1);
-        }
-        b.add(9, 5);
-        b.add(7, 2);
-        // Nothing reached the host yet: counters lag until the flush.
-        assert!(host.is_empty());
-        assert_eq!(b.pending(7), 1002);
-        let mut calls = 0;
-        b.flush(&mut |id, n| {
-            calls += 1;
-            *host.entry(id).or_default() += n;
-        });
-        // One host call per counter touched, not per event.
-        assert_eq!(calls, 2);
-        assert_eq!(host.get(&7), Some(&1002));
-        assert_eq!(host.get(&9), Some(&5));
-        assert!(b.is_empty());
-        // Nothing pending: a flush makes no call; a warm buffer keeps its capacity.
-        let cap = b.pending.capacity();
-        b.flush(&mut |_, _| calls += 1);
-        assert_eq!(calls, 2);
-        b.add(7, 1);
-        assert_eq!(b.pending.capacity(), cap);
-        b.add(8, u64::MAX);
-        b.add(8, 1);
-        assert_eq!(b.pending(8), u64::MAX);
-    }
-
     fn hits(by_id: &HashMap<u32, String>, f: impl FnOnce(&mut dyn FnMut(u32))) -> Vec<String> {
         let mut out = Vec::new();
         f(&mut |id| out.push(by_id.get(&id).cloned().unwrap_or_default()));
@@ -559,21 +521,22 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 9 * 10 + 1 + 5 + 14 + 4 + 14 + 5 + 2 + 1 + 2);
+        assert_eq!(n.len(), 9 * 12 + 3 + 5 + 14 + 4 + 14 + 5 + 2 + 1 + 2);
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
         assert_eq!(n[4], "crawlguard.class.search_crawler.malformed");
         assert_eq!(n[5], "crawlguard.class.search_crawler.retry_after_ignored");
-        assert_eq!(n[90], "crawlguard.exempt");
+        assert_eq!(n[10], "crawlguard.class.search_crawler.limited_in_flight");
+        assert_eq!(n[108], "crawlguard.exempt");
+        assert_eq!(n[109], "crawlguard.exempt_limited");
+        assert_eq!(n[110], "crawlguard.exempt_shadow_limited");
         assert_eq!(
-            n[91],
+            n[111],
             "crawlguard.browser_check.fetch_metadata.inconsistent"
         );
-        assert_eq!(n[95], "crawlguard.browser_check.network.inconsistent");
-        assert_eq!(n[96], "crawlguard.signature.verified");
-        assert_eq!(n[107], "crawlguard.signature.replayed");
-        assert_eq!(n[109], "crawlguard.signature.error");
-        assert_eq!(n[110], "crawlguard.route.api.limited");
-        assert_eq!(n[111], "crawlguard.route.default.limited");
+        assert_eq!(n[115], "crawlguard.browser_check.network.inconsistent");
+        assert_eq!(n[116], "crawlguard.signature.verified");
+        assert_eq!(n[130], "crawlguard.route.api.limited");
+        assert_eq!(n[131], "crawlguard.route.default.limited");
         assert_eq!(
             n.get(n.len() - 2).map(String::as_str),
             Some("crawlguard.rewrite.status_503")
@@ -599,6 +562,7 @@ mod tests {
                 limit: 0,
                 status: 429,
                 retry_after_s: 3,
+                in_flight: Some(8),
             }),
             store: StoreEvents {
                 errors: 1,
@@ -607,11 +571,13 @@ mod tests {
             visit: Visit::Ignored,
             escalated: true,
             reservations: Vec::new(),
+            places: Vec::new(),
         };
         assert_eq!(
             hits(&by_id, |inc| m.record(Class::Human, &out, inc)),
             [
                 "crawlguard.class.human.limited",
+                "crawlguard.class.human.limited_in_flight",
                 "crawlguard.class.human.fail_open",
                 "crawlguard.route.default.limited",
                 "crawlguard.class.human.retry_after_ignored",
@@ -624,11 +590,15 @@ mod tests {
                 m.record_verify(VerifyEvent::InFlight, inc);
                 m.record_verify(VerifyEvent::PrefixSpoofed, inc);
                 m.record_exempt(inc);
+                m.record_exempt_limited(false, inc);
+                m.record_exempt_limited(true, inc);
             }),
             [
                 "crawlguard.verify.in_flight",
                 "crawlguard.verify.prefix_spoofed",
-                "crawlguard.exempt"
+                "crawlguard.exempt",
+                "crawlguard.exempt_limited",
+                "crawlguard.exempt_shadow_limited"
             ]
         );
         let plan = crate::response::rewrite::Plan {

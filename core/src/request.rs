@@ -20,7 +20,7 @@ use crate::identity::browser_checks;
 use crate::identity::class::Class;
 use crate::identity::verification::{VerificationState, VerifyParts};
 use crate::identity::verifier_flights::Waiter;
-use crate::limits::limiter::{Decision, Limiter, RequestKeys, Reservation};
+use crate::limits::limiter::{Decision, Limiter, Place, RequestKeys, Reservation};
 use crate::log_limit::WarnEvery10s;
 use crate::metrics::Metrics;
 use crate::protection::shedder::Shedder;
@@ -30,6 +30,7 @@ use std::net::IpAddr;
 use std::rc::Weak;
 
 mod claim;
+mod exempt;
 mod facts;
 mod response_path;
 
@@ -123,6 +124,8 @@ pub struct RequestState {
     client_prefix: Option<IpAddr>,
     /// The limit (index in [`Config::limits`]) that would have rejected it in shadow mode.
     shadow_limit: Option<usize>,
+    /// Places in flight of concurrency limits it holds until its stream ends.
+    places: Vec<Place>,
 }
 
 impl RequestState {
@@ -167,12 +170,9 @@ impl RequestState {
         // several lines and see one value upstream), so only an exempt path removes it.
         let facts = Facts::read(cfg, host);
         if facts.exempt {
-            host.set_request_header(&cfg.class_header, None);
             // Before classification and verification: robots.txt and sitemaps are never
-            // paused or limited.
-            w.metrics.record_exempt(&mut |id| host.increment(id));
-            self.phase = Phase::Exempt;
-            return Step::Continue;
+            // paused, limited by a class limit or shed (only their own per-client limit).
+            return self.exempt(w, host, &facts);
         }
         // A verified signature names the agent whatever its User-Agent says: decided first.
         let mut facts = match self.on_signature(&me, context, w, host, facts) {
@@ -284,6 +284,8 @@ impl RequestState {
             Err(_) => return self.forward(cfg, host, class, Vec::new()),
         };
         w.metrics.record(class, &out, &mut |id| host.increment(id));
+        // Held until the stream ends (empty unless the request goes on).
+        self.places = std::mem::take(&mut out.places);
         if out.store.fell_back() && w.store_warning.due(now) {
             log::warn!(
                 "shared store unavailable, using local buckets: {:?}",
@@ -365,21 +367,19 @@ impl RequestState {
     ) -> Step {
         let limit = cfg.limits.get(r.limit);
         log::debug!(
-            "limited class={} route={} limit={} key={} retry_after_s={} status={}",
+            "limited class={} route={} limit={} key={}{} retry_after_s={} status={}",
             class.as_str(),
             cfg.route_name(route),
             limit.map_or("?", |l| l.name.as_str()),
             limit.map_or_else(|| "?".to_string(), |l| l.key_label()),
+            r.in_flight
+                .map_or(String::new(), |m| format!(" in_flight={m}")),
             r.retry_after_s,
             r.status
         );
-        let rl = limit.filter(|_| cfg.ratelimit_headers).map(|l| {
-            (
-                l.name.as_str(),
-                l.burst,
-                (f64::from(l.burst) / l.rate_per_s).ceil() as u64,
-            )
-        });
+        let rl = limit
+            .filter(|_| cfg.ratelimit_headers)
+            .and_then(|l| Some((l.name.as_str(), rejection::quota(l, r.in_flight)?)));
         let rej = rejection::rejection(r.status, r.retry_after_s, rl);
         // Annotate the rejected request too, so access logs show the class (%REQ(...)%).
         host.set_request_header(&cfg.class_header, Some(class.as_str().as_bytes()));

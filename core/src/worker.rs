@@ -249,10 +249,10 @@ impl Worker {
     /// and the safety net that resumes requests whose deadline passed.
     pub fn on_tick(&self, host: &mut dyn Host) {
         let tick_ns = u64::from(Self::tick_period_ms(&self.cfg)) * 1_000_000;
-        // Unspent leased tokens go back to their buckets every tick (crate::limits::lease).
-        if let Ok(mut l) = self.limiter.try_borrow_mut() {
-            l.return_leases(host.shared_data());
-        }
+        // Unspent leased tokens go back to their buckets every tick (crate::limits::lease),
+        // give-backs held back are written and the places in flight of live requests are
+        // renewed (crate::limits::in_flight).
+        self.tend_places(host);
         if let Some(now) = host.now_ns() {
             if self.cfg.fleet.enabled {
                 sync::tick(self.sync_parts(), host, now, tick_ns);
@@ -292,11 +292,23 @@ impl Worker {
         self.resume(host, resumed);
     }
 
-    /// Root: the root context goes away; nothing may stay paused.
-    pub fn on_root_done(&self, host: &mut dyn Host) {
+    /// Root tick, also of a worker a reconfiguration replaced while its requests still
+    /// live: gives unspent leased tokens back ([`crate::limits::lease`]), writes the
+    /// give-backs of places in flight held back, and renews the places its live requests
+    /// hold ([`crate::limits::in_flight`]).
+    pub fn tend_places(&self, host: &mut dyn Host) {
         if let Ok(mut l) = self.limiter.try_borrow_mut() {
             l.return_leases(host.shared_data());
+            if let Some(now) = host.now_ns() {
+                l.tend_places(host.shared_data(), now);
+            }
         }
+    }
+
+    /// Root: the root context goes away; nothing may stay paused.
+    pub fn on_root_done(&self, host: &mut dyn Host) {
+        // Leases back, held-back give-backs written (crate::limits::in_flight).
+        self.tend_places(host);
         let now = host.now_ns().unwrap_or(0);
         let mut resumed = verifier_callouts::drain(self.verify_parts(), host, now);
         resumed.extend(signature_callouts::drain(self.verify_parts(), host));

@@ -161,7 +161,7 @@ impl Envoy {
                 .arg(opts.concurrency.to_string())
                 .arg("--use-dynamic-base-id")
                 .args(["--log-level", "info", "--component-log-level", "wasm:debug"])
-                .args(["--drain-time-s", "0"])
+                .args(["--drain-time-s", &opts.drain_time_s.to_string()])
                 .current_dir(&cwd),
         );
         let admin = harness_client(Duration::from_secs(5));

@@ -89,6 +89,11 @@ pub struct EnvoyOpts {
     pub lds: bool,
     /// Render `envoy/envoy-tls.yaml` with this TLS edge ([`EnvoyOpts::tls_edge`]).
     pub tls_edge: Option<TlsEdge>,
+    /// Envoy `--drain-time-s`: how long a listener replaced over LDS (or a hot restart)
+    /// lets its connections finish their requests. Default 0: replaced at once.
+    pub drain_time_s: u32,
+    /// The route `timeout` to the external upstream, s (Envoy's default, 15 s, when `None`).
+    pub route_timeout_s: Option<u32>,
 }
 
 impl Default for EnvoyOpts {
@@ -104,6 +109,8 @@ impl Default for EnvoyOpts {
             template: "envoy/envoy.yaml",
             lds: false,
             tls_edge: None,
+            drain_time_s: 0,
+            route_timeout_s: None,
         }
     }
 }
@@ -120,6 +127,20 @@ impl EnvoyOpts {
     /// Serves the main listener over LDS from a watched file (see [`EnvoyOpts::lds`]).
     pub fn lds(mut self) -> Self {
         self.lds = true;
+        self
+    }
+
+    /// Lets a listener replaced over LDS drain for this long (`--drain-time-s`): requests
+    /// in flight on it finish under the configuration they started with.
+    pub fn drain_time_s(mut self, seconds: u32) -> Self {
+        self.drain_time_s = seconds;
+        self
+    }
+
+    /// Gives the route to the external upstream this `timeout` (Envoy's default is 15 s:
+    /// a request the origin answers later gets Envoy's 504).
+    pub fn route_timeout_s(mut self, seconds: u32) -> Self {
+        self.route_timeout_s = Some(seconds);
         self
     }
 

@@ -83,6 +83,34 @@ impl TestUpstream {
         assert!(status.is_success(), "upstream defaults: {status}");
     }
 
+    /// Its concurrency counter (`GET /__upstream/concurrency`): `(in_flight, peak,
+    /// served)`, the requests being answered now, the most at once since the start or the
+    /// last [`TestUpstream::reset_concurrency`], and the requests counted since then.
+    pub async fn concurrency(&self) -> (u64, u64, u64) {
+        self.concurrency_at("/__upstream/concurrency").await
+    }
+
+    /// Starts a new concurrency measurement (the peak becomes what is in flight now).
+    pub async fn reset_concurrency(&self) {
+        self.concurrency_at("/__upstream/concurrency?reset=1").await;
+    }
+
+    async fn concurrency_at(&self, path: &str) -> (u64, u64, u64) {
+        let url = format!("http://{}{path}", self.addr);
+        let text = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .expect("GET upstream concurrency")
+            .text()
+            .await
+            .expect("upstream concurrency body");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("upstream concurrency JSON");
+        let n = |k: &str| v[k].as_u64().expect("a count");
+        (n("in_flight"), n("peak"), n("served"))
+    }
+
     /// Every request it received (`GET /__upstream/requests`), oldest first, each
     /// `{"method", "path", "version", "headers": {name: [values]}, "body_bytes_sent"}`.
     pub async fn requests(&self) -> Vec<serde_json::Value> {

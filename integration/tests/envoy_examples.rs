@@ -85,7 +85,10 @@ fn example_without_refill(name: &str) -> Value {
     let text = std::fs::read_to_string(&path).expect("read the example");
     let mut v: Value = serde_json::from_str(&text).expect("the example is JSON");
     for l in v["limits"].as_array_mut().expect("the example has limits") {
-        l["rate_per_s"] = json!(NO_REFILL_PER_S);
+        // A limit of requests in flight only has no bucket to slow down.
+        if l.get("rate_per_s").is_some() {
+            l["rate_per_s"] = json!(NO_REFILL_PER_S);
+        }
     }
     v
 }

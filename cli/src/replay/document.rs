@@ -107,8 +107,9 @@ impl Replay {
                         .route
                         .map_or("*".to_string(), |r| cfg.route_name(r).to_string()),
                     key: l.key_label(),
-                    rate_per_s: l.rate_per_s,
-                    burst: l.burst,
+                    rate_per_s: l.bucket.map(|b| b.rate_per_s),
+                    burst: l.bucket.map(|b| b.burst),
+                    max_in_flight: l.max_in_flight,
                     mode: l.mode.as_str(),
                     cost_reserve: l.cost.as_ref().map(|c| c.reserve),
                     admitted: c.admitted,
@@ -175,6 +176,21 @@ impl Replay {
                     ))
                 })
                 .collect(),
+            in_flight_limits: cfg
+                .limits
+                .iter()
+                .filter_map(|l| {
+                    let what = match (l.max_in_flight, &l.cost) {
+                        (Some(m), _) => format!("{} (max_in_flight {m})", l.name),
+                        (None, Some(c)) => {
+                            format!("{} (cost.max_in_flight {})", l.name, c.max_in_flight)
+                        }
+                        (None, None) => return None,
+                    };
+                    Some(what)
+                })
+                .collect(),
+            forwarded_without_duration: self.without_duration,
             shedding_not_replayed: self.shedding,
             fleet_as_one_envoy: self.fleet,
             unresolved: self.unresolved,
@@ -232,6 +248,13 @@ pub struct ReplayJson {
     /// Cost-based limits, as `name (reserve N, from <header>)`: access logs carry no
     /// response headers, so every forwarded request is settled at its reservation.
     pub cost_limits: Vec<String>,
+    /// Limits that bound requests in flight, as `name (max_in_flight N)` or `name
+    /// (cost.max_in_flight N)`: replayed from each request's logged duration.
+    pub in_flight_limits: Vec<String>,
+    /// Forwarded requests whose log line had no duration (replayed as ending at once, so
+    /// the limits above saw them in flight for no time); counted only when there are such
+    /// limits.
+    pub forwarded_without_duration: u64,
     /// The configuration sheds load (`shedding.enabled`), which a replay does not model:
     /// no request is shed.
     pub shedding_not_replayed: bool,
@@ -296,10 +319,12 @@ pub struct LimitRow {
     pub route: String,
     /// Key kind.
     pub key: String,
-    /// Rate.
-    pub rate_per_s: f64,
-    /// Burst.
-    pub burst: u32,
+    /// Rate (`null`: a limit of requests in flight only).
+    pub rate_per_s: Option<f64>,
+    /// Burst (`null`: a limit of requests in flight only).
+    pub burst: Option<u32>,
+    /// Requests of one key in flight at once (`null`: not bounded).
+    pub max_in_flight: Option<u16>,
     /// `enforce` or `shadow` (its own `mode`, else the global one).
     pub mode: &'static str,
     /// Tokens a request reserves (cost-based limits; `null`: one token per request).

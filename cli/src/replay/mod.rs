@@ -19,6 +19,12 @@
 //! and `fleet` is off: the log is decided by one Envoy holding each limit whole, which is
 //! what fleet mode approximates for the fleet's combined traffic (a replica that never
 //! synced decides the same), without the sync delays (said too).
+//! Requests in flight (a limit's `max_in_flight`, a cost-based limit's `cost.max_in_flight`)
+//! need each request's end: a forwarded request's stream stays open until its start plus the
+//! duration the log gives (`%DURATION%`, `duration_ms`, nginx's `$request_time`), divided by
+//! the speed like every other time, and its places in flight count meanwhile. A record
+//! without a duration ends at once, and the output says how many had none.
+//!
 //! What else a log cannot tell is said in the output too: limits keyed by a request header
 //! see it missing, and cost-based limits settle every request at its reservation (the cost
 
@@ -38,11 +44,14 @@ use crate::stats::Heavy;
 use crate::status::StatusBucket;
 use crawlguard_core::config::Config;
 use crawlguard_core::identity::classify::Class;
-use crawlguard_core::request::path_only;
+use crawlguard_core::request::{path_only, RequestState};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::fmt::Write as _;
 use std::net::Ipv6Addr;
+use std::rc::Rc;
 
 /// Schema name and version of `replay --json`.
 pub const SCHEMA: &str = "crawlguard.replay/v1";
@@ -155,6 +164,18 @@ pub struct Replay {
     pub unresolved: u64,
     /// Records replayed.
     pub requests: u64,
+    /// The configuration bounds requests in flight (some limit's `max_in_flight` or
+    /// `cost.max_in_flight`): forwarded requests stay open for their logged duration.
+    in_flight: bool,
+    /// Streams still open: (end, ns; sequence number), soonest first.
+    open: BinaryHeap<Reverse<(u64, u64)>>,
+    /// The open streams' states, by sequence number.
+    open_states: HashMap<u64, Rc<RefCell<RequestState>>>,
+    /// Next sequence number.
+    seq: u64,
+    /// Forwarded requests without a duration in the log (ended at once), counted only when
+    /// the configuration bounds requests in flight.
+    pub without_duration: u64,
 }
 
 impl Replay {
@@ -171,6 +192,10 @@ impl Replay {
             .enumerate()
             .map(|(i, l)| (l.name.clone(), i))
             .collect();
+        let in_flight = cfg
+            .limits
+            .iter()
+            .any(|l| l.max_in_flight.is_some() || l.cost.is_some());
         let routes = vec![DecisionCounts::default(); cfg.routes.len() + 1];
         let limits = vec![DecisionCounts::default(); cfg.limits.len()];
         let proxy = ReplayProxy::new(cfg);
@@ -201,6 +226,46 @@ impl Replay {
             no_signals: 0,
             unresolved: 0,
             requests: 0,
+            in_flight,
+            open: BinaryHeap::new(),
+            open_states: HashMap::new(),
+            seq: 0,
+            without_duration: 0,
+        }
+    }
+
+    /// Ends every open stream whose end is at or before `now` (ns), each at its own end, in
+    /// the order they end.
+    fn end_streams_until(&mut self, now: u64) {
+        while let Some(Reverse((end, seq))) = self.open.peek().copied() {
+            if end > now {
+                break;
+            }
+            self.open.pop();
+            if let Some(state) = self.open_states.remove(&seq) {
+                self.proxy.host.now_ns = end;
+                self.proxy.end_stream(&state);
+            }
+        }
+    }
+
+    /// A forwarded request's stream, open at `now` (ns): ended at once, or, when the
+    /// configuration bounds requests in flight and the log gives its duration, kept open
+    /// until `now + duration / speed`.
+    fn keep_open(&mut self, state: Rc<RefCell<RequestState>>, now: u64, duration_ms: Option<u32>) {
+        match (self.in_flight, duration_ms) {
+            (true, Some(ms)) => {
+                let end = now.saturating_add((f64::from(ms) * 1e6 / self.speed) as u64);
+                self.seq += 1;
+                self.open.push(Reverse((end, self.seq)));
+                self.open_states.insert(self.seq, state);
+            }
+            (in_flight, _) => {
+                if in_flight {
+                    self.without_duration += 1;
+                }
+                self.proxy.end_stream(&state);
+            }
         }
     }
 
@@ -225,6 +290,7 @@ impl Replay {
     pub fn add(&mut self, r: &LogRecord<'_>) {
         self.requests += 1;
         let now = self.clock(r.ts_ms);
+        self.end_streams_until(now);
         self.proxy.host.now_ns = now;
         self.downstream.clear();
         match r.client {
@@ -266,11 +332,14 @@ impl Replay {
         };
         let offline = &self.offline;
         let verdicts = &mut self.verdicts;
-        let out = self.proxy.run(&req, r.status, &mut |path| {
+        let (out, open) = self.proxy.run_open(&req, r.status, &mut |path| {
             let (body, bot, v) = offline::answer(offline.as_ref(), path);
             *verdicts.entry((bot, v)).or_insert(0) += 1;
             (200, body)
         });
+        if let Some(state) = open {
+            self.keep_open(state, now, r.duration_ms);
+        }
         if out.unresolved {
             self.unresolved += 1;
         }

@@ -110,7 +110,15 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
     out +=
         "\nper limit (admitted = forwarded requests the limit applied to and did not object to)\n";
     let mut head = vec![
-        "limit", "class", "route", "key", "rate/s", "burst", "admitted", "rejected",
+        "limit",
+        "class",
+        "route",
+        "key",
+        "rate/s",
+        "burst",
+        "in flight",
+        "admitted",
+        "rejected",
     ];
     if any_shadow {
         head.extend(["mode", "shadow-limited"]);
@@ -122,8 +130,9 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
             l.class.to_string(),
             l.route.clone(),
             l.key.clone(),
-            format!("{}", l.rate_per_s),
-            l.burst.to_string(),
+            l.rate_per_s.map_or("-".to_string(), |r| format!("{r}")),
+            l.burst.map_or("-".to_string(), |b| b.to_string()),
+            l.max_in_flight.map_or("-".to_string(), |m| m.to_string()),
             l.admitted.to_string(),
             l.rejected.to_string(),
         ];
@@ -238,6 +247,26 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
              the checks)",
             j.no_browser_signals
         ));
+    }
+    if !j.in_flight_limits.is_empty() {
+        notes.push(if j.forwarded_without_duration > 0 {
+            format!(
+                "limits bounding requests in flight ({}) need each request's duration: {} \
+                 forwarded requests had none in the log (Envoy's %DURATION%, nginx's \
+                 $request_time) and were replayed as ending at once, so those limits saw them \
+                 in flight for no time",
+                j.in_flight_limits.join(", "),
+                j.forwarded_without_duration
+            )
+        } else {
+            format!(
+                "limits bounding requests in flight ({}) saw each forwarded request in flight \
+                 from its start for its logged duration; lines are replayed in their order, \
+                 and Envoy writes a line when its request ends: sort a log by start time for \
+                 exact counts of long requests",
+                j.in_flight_limits.join(", ")
+            )
+        });
     }
     if j.unresolved > 0 {
         notes.push(format!(

@@ -3,8 +3,8 @@
 //! checked with their field paths (split from `compile.rs`, which calls them).
 
 use super::defaults::default_policy;
-use super::raw::RawClassPolicy;
-use super::{err, BotsMode, ClassPolicy, ConfigError};
+use super::raw::{RawClassPolicy, RawRetryAfter};
+use super::{err, BotsMode, ClassPolicy, ConfigError, RetryAfter};
 use crate::identity::catalog::{builtin_catalog, BotEntry};
 use crate::identity::class::{Class, PerClass};
 use crate::identity::classify::Classifier;
@@ -98,11 +98,11 @@ pub(super) fn compile_classes(
             return Err(err(p, "unknown class"));
         };
         let pol = &mut classes[class];
-        if let Some(ra) = &rc.retry_after {
-            pol.retry_after.min_s = ra.min_s.unwrap_or(pol.retry_after.min_s);
-            pol.retry_after.max_s = ra.max_s.unwrap_or(pol.retry_after.max_s);
-            pol.retry_after.jitter_s = ra.jitter_s.unwrap_or(pol.retry_after.jitter_s);
-        }
+        pol.retry_after = compile_retry_after(
+            &format!("{p}.retry_after"),
+            rc.retry_after.as_ref(),
+            pol.retry_after,
+        )?;
         if let Some(s) = rc.reject_status {
             pol.reject_status = s;
         }
@@ -115,18 +115,6 @@ pub(super) fn compile_classes(
             x.decay_s = e.decay_s.unwrap_or(x.decay_s);
         }
         let ra = pol.retry_after;
-        if ra.min_s < 1 {
-            return Err(err(format!("{p}.retry_after.min_s"), "must be >= 1"));
-        }
-        if ra.max_s < ra.min_s || ra.max_s > 86_400 {
-            return Err(err(
-                format!("{p}.retry_after.max_s"),
-                format!("must be in min_s..=86400 (min_s is {})", ra.min_s),
-            ));
-        }
-        if ra.jitter_s > 3_600 {
-            return Err(err(format!("{p}.retry_after.jitter_s"), "must be <= 3600"));
-        }
         if !matches!(pol.reject_status, 429 | 503) {
             return Err(err(format!("{p}.reject_status"), "must be 429 or 503"));
         }
@@ -169,4 +157,31 @@ pub(super) fn compile_classes(
     }
 
     Ok(classes)
+}
+
+/// A Retry-After range at `p` (`classes.<class>.retry_after`, `shedding.retry_after`,
+/// `exempt_limit.retry_after`): the fields given over `default`, `min_s` >= 1, `max_s` in `min_s..=86400`, `jitter_s` <= 3600.
+pub(super) fn compile_retry_after(
+    p: &str,
+    raw: Option<&RawRetryAfter>,
+    default: RetryAfter,
+) -> Result<RetryAfter, ConfigError> {
+    let ra = raw.map_or(default, |r| RetryAfter {
+        min_s: r.min_s.unwrap_or(default.min_s),
+        max_s: r.max_s.unwrap_or(default.max_s),
+        jitter_s: r.jitter_s.unwrap_or(default.jitter_s),
+    });
+    if ra.min_s < 1 {
+        return Err(err(format!("{p}.min_s"), "must be >= 1"));
+    }
+    if ra.max_s < ra.min_s || ra.max_s > 86_400 {
+        return Err(err(
+            format!("{p}.max_s"),
+            format!("must be in min_s..=86400 (min_s is {})", ra.min_s),
+        ));
+    }
+    if ra.jitter_s > 3_600 {
+        return Err(err(format!("{p}.jitter_s"), "must be <= 3600"));
+    }
+    Ok(ra)
 }

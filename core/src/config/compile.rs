@@ -1,11 +1,13 @@
 //! Validation: turns the raw document into a [`Config`], one `compile_<section>` per
 //! section; the first problem found is the error, naming the field path.
 
-use super::classes::{compile_bots, compile_classes, compile_non_browser_class};
+use super::classes::{
+    compile_bots, compile_classes, compile_non_browser_class, compile_retry_after,
+};
 use super::client_signals::compile_client_signals;
 use super::defaults::{default_exempt_paths, default_limits, DEFAULT_CLASS_HEADER};
 use super::headers::{header_name, taken_over_header_name};
-use super::limits::compile_limits;
+use super::limits::{compile_exempt_limit, compile_limits};
 use super::raw::{RawConfig, RawShedding};
 use super::warnings;
 use super::{
@@ -41,6 +43,7 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     cost_headers.sort();
     cost_headers.dedup();
     let exempt_paths = compile_exempt_paths(raw.exempt_paths.unwrap_or_else(default_exempt_paths))?;
+    let exempt_limit = compile_exempt_limit(&raw.exempt_limit, raw.mode)?;
     let mut found = warnings::retry_after(&limits, &classes);
     found.extend(warnings::uncovered_classes(&limits, &raw.routes, raw.mode));
     found.extend(warnings::robots_txt_not_exempt(&exempt_paths));
@@ -88,6 +91,7 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
         limits,
         cost_headers,
         exempt_paths,
+        exempt_limit,
         class_header,
         ratelimit_headers: raw.ratelimit_headers,
         store: raw.store,
@@ -180,7 +184,11 @@ fn printable(s: &str) -> bool {
 fn fleet_refills(limits: &[crate::config::Limit]) -> Result<(), ConfigError> {
     let max_s = crawlguard_contract::fleet::MAX_AHEAD_NS / 1_000_000_000;
     for (i, l) in limits.iter().enumerate() {
-        let refill_ns = u128::from(l.rate.emission_ns) * u128::from(l.rate.burst);
+        let Some(b) = l.bucket else {
+            // Requests in flight are counted per Envoy, never synced.
+            continue;
+        };
+        let refill_ns = u128::from(b.rate.emission_ns) * u128::from(b.rate.burst);
         if refill_ns > u128::from(crawlguard_contract::fleet::MAX_AHEAD_NS) {
             return Err(err(
                 format!("limits[{i}].rate_per_s"),
@@ -188,7 +196,7 @@ fn fleet_refills(limits: &[crate::config::Limit]) -> Result<(), ConfigError> {
                     "in fleet mode burst / rate_per_s must be <= {max_s} s (the fleet \
                      contract's bound, about 104 days), is {} s",
                     // Rounded up, as the one-year bound's message is.
-                    (f64::from(l.burst) / l.rate_per_s).ceil()
+                    (f64::from(b.burst) / b.rate_per_s).ceil()
                 ),
             ));
         }
@@ -380,26 +388,11 @@ fn compile_shedding(
             ));
         }
     }
-    let mut retry_after = d::RETRY_AFTER;
-    if let Some(ra) = &raw.retry_after {
-        retry_after = RetryAfter {
-            min_s: ra.min_s.unwrap_or(retry_after.min_s),
-            max_s: ra.max_s.unwrap_or(retry_after.max_s),
-            jitter_s: ra.jitter_s.unwrap_or(retry_after.jitter_s),
-        };
-    }
-    if retry_after.min_s < 1 {
-        return Err(err("shedding.retry_after.min_s", "must be >= 1"));
-    }
-    if retry_after.max_s < retry_after.min_s || retry_after.max_s > 86_400 {
-        return Err(err(
-            "shedding.retry_after.max_s",
-            format!("must be in min_s..=86400 (min_s is {})", retry_after.min_s),
-        ));
-    }
-    if retry_after.jitter_s > 3_600 {
-        return Err(err("shedding.retry_after.jitter_s", "must be <= 3600"));
-    }
+    let retry_after = compile_retry_after(
+        "shedding.retry_after",
+        raw.retry_after.as_ref(),
+        d::RETRY_AFTER,
+    )?;
     Ok(Shedding {
         enabled: raw.enabled.unwrap_or(d::ENABLED),
         mode: raw.mode.unwrap_or(mode),

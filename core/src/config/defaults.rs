@@ -54,13 +54,24 @@ pub(super) fn default_policy(class: Class) -> ClassPolicy {
 /// classes (one operator across all its addresses, however many), and one bucket for claims
 /// that failed or cannot be checked; browser claims that failed a check also per network
 /// (autonomous system).
+///
+/// The per-address limits of the classes whose rate admits many requests at once also bound
+/// the requests of one address in flight (`max_in_flight`, in the spirit of nginx's
+/// `limit_conn`): [`CRAWLER_MAX_IN_FLIGHT`] for the verified crawler classes that would
+/// otherwise pass it, [`SCRIPT_MAX_IN_FLIGHT`] for scripts and browser claims that failed a
+/// check. With Envoy's default route timeout (15 s) an address holds at most `burst +
+/// rate_per_s x 15` requests in flight, so the other classes' rates already bound it below
+/// these (`ai_trainer`: 20, `other_bot`: 25, `unverified_bot`: 12, `spoofed`: 3); `human` has
+/// none: a browser opens several connections, and many people share one address behind a
+/// NAT.
 pub(super) fn default_limits() -> Vec<RawLimit> {
     let l = |name: &str, class: &str, rate_per_s: f64, burst: u32, key: &str| RawLimit {
         name: name.into(),
         class: class.into(),
         route: "*".into(),
-        rate_per_s,
-        burst,
+        rate_per_s: Some(rate_per_s),
+        burst: Some(burst),
+        max_in_flight: None,
         key: RawKey::One(key.into()),
         ipv4_prefix_len: None,
         ipv6_prefix_len: None,
@@ -73,16 +84,23 @@ pub(super) fn default_limits() -> Vec<RawLimit> {
         ipv6_prefix_len: Some(u32::from(AGGREGATE_IPV6_PREFIX_LEN)),
         ..l(name, class, rate_per_s, burst, "client_ip")
     };
+    // Per address, with at most `max_in_flight` of its requests in flight.
+    let per_ip = |name: &str, class: &str, rate_per_s: f64, burst: u32, max_in_flight: u32| {
+        with_max_in_flight(
+            l(name, class, rate_per_s, burst, "client_ip"),
+            max_in_flight,
+        )
+    };
     vec![
         l("human_per_ip", "human", 20.0, 100, "client_ip"),
-        l("script_per_ip", "script", 1.0, 10, "client_ip"),
+        per_ip("script_per_ip", "script", 1.0, 10, SCRIPT_MAX_IN_FLIGHT),
         per_24("script_per_24", "script", 5.0, 50),
-        l(
+        per_ip(
             "search_crawler_per_ip",
             "search_crawler",
             10.0,
             50,
-            "client_ip",
+            CRAWLER_MAX_IN_FLIGHT,
         ),
         l(
             "search_crawler_per_bot",
@@ -91,7 +109,13 @@ pub(super) fn default_limits() -> Vec<RawLimit> {
             2_000,
             "bot",
         ),
-        l("ai_retriever_per_ip", "ai_retriever", 5.0, 20, "client_ip"),
+        per_ip(
+            "ai_retriever_per_ip",
+            "ai_retriever",
+            5.0,
+            20,
+            CRAWLER_MAX_IN_FLIGHT,
+        ),
         l("ai_retriever_per_bot", "ai_retriever", 50.0, 500, "bot"),
         l("ai_trainer_per_ip", "ai_trainer", 1.0, 5, "client_ip"),
         l("ai_trainer_per_bot", "ai_trainer", 5.0, 50, "bot"),
@@ -117,12 +141,12 @@ pub(super) fn default_limits() -> Vec<RawLimit> {
         l("spoofed_global", "spoofed", 5.0, 50, "global"),
         // A browser claim that failed a check: a page's worth per address (a person a check
         // misjudged still loads pages), and a network's and everyone's share together.
-        l(
+        per_ip(
             "suspect_browser_per_ip",
             "suspect_browser",
             2.0,
             40,
-            "client_ip",
+            SCRIPT_MAX_IN_FLIGHT,
         ),
         per_24("suspect_browser_per_24", "suspect_browser", 5.0, 100),
         // One network's share (a cloud's address pool; charges nothing until
@@ -142,6 +166,47 @@ pub(super) fn default_limits() -> Vec<RawLimit> {
             "global",
         ),
     ]
+}
+
+/// `max_in_flight` of the default per-address limits of the verified crawler classes that
+/// a slow origin would otherwise let hold more (`search_crawler`, `ai_retriever`): nginx's
+/// `limit_conn` of 30 for crawlers. A crawler fetching at its full rate (10/s) from an origin
+/// answering in 3 s holds 30; a slower origin gets no more of it.
+pub const CRAWLER_MAX_IN_FLIGHT: u32 = 30;
+
+/// `max_in_flight` of the default per-address limits of `script` and `suspect_browser`
+/// (an HTTP library behind a copied browser User-Agent): `limit_conn` 8 for scripts, a
+/// browser's worth of parallel connections (6 per host over HTTP/1.1) and a little more.
+pub const SCRIPT_MAX_IN_FLIGHT: u32 = 8;
+
+/// `exempt_limit`: on; per client address, 60 requests at once and one a second after
+/// that: a crawler fetching robots.txt once a minute uses a sixtieth of it, a client sending
+/// thousands is refused most of them.
+pub(super) mod exempt_limit {
+    use crate::config::RetryAfter;
+
+    /// `exempt_limit.enabled`.
+    pub const ENABLED: bool = true;
+    /// `exempt_limit.rate_per_s`.
+    pub const RATE_PER_S: f64 = 1.0;
+    /// `exempt_limit.burst`.
+    pub const BURST: u32 = 60;
+    /// `exempt_limit.retry_after`: the next token comes within a second; a client that is
+    /// refused has sent 60 in a burst, and waits at least that.
+    pub const RETRY_AFTER: RetryAfter = RetryAfter {
+        min_s: 1,
+        max_s: 60,
+        jitter_s: 5,
+    };
+}
+
+/// `limit` with `max_in_flight` (not inlined: one copy of the struct update in the module).
+#[inline(never)]
+fn with_max_in_flight(limit: RawLimit, max_in_flight: u32) -> RawLimit {
+    RawLimit {
+        max_in_flight: Some(max_in_flight),
+        ..limit
+    }
 }
 
 /// The aggregate default limits' IPv4 prefix: a /24, the smallest block routed on the

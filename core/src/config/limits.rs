@@ -1,21 +1,22 @@
 //! Validation of `limits`: each limit's name, class, route, rate and burst, key and cost,
 //! checked with its field path (split from `compile.rs`, which calls it).
 
+use super::classes::compile_retry_after;
 use super::defaults;
 use super::headers::{key_header_name, taken_over_header_name};
 use super::is_name;
-use super::raw::{RawKey, RawLimit};
+use super::raw::{RawExemptLimit, RawKey, RawLimit};
 use super::{
-    err, AddressPrefix, ClientIpConfig, ConfigError, Cost, KeyKind, Limit, Mode, Route,
-    DEFAULT_ROUTE, MAX_REFILL_S,
+    err, AddressPrefix, ClassPolicy, ClientIpConfig, ConfigError, Cost, Escalation, ExemptLimit,
+    KeyKind, Limit, Mode, Route, TokenBucket, DEFAULT_ROUTE, EXEMPT_LIMIT_NAME, MAX_IN_FLIGHT,
+    MAX_REFILL_S,
 };
 use crate::identity::class::Class;
-use crate::limits::bucket::Rate;
 use std::collections::HashSet;
 
-/// `limits`: unique names, known class and route, a rate and burst that fit (refill within
-/// [`MAX_REFILL_S`]), a valid key (a header key not refused, see `headers::KEY_REFUSED`,
-/// and not `class_header`).
+/// `limits`: unique names, known class and route, a token bucket that fits (refill within
+/// [`MAX_REFILL_S`]) and/or a `max_in_flight`, a valid key (a header key not refused, see
+/// `headers::KEY_REFUSED`, and not `class_header`).
 pub(super) fn compile_limits(
     raw_limits: Vec<RawLimit>,
     routes: &[Route],
@@ -31,6 +32,12 @@ pub(super) fn compile_limits(
             return Err(err(
                 format!("{p}.name"),
                 "must be 1..=64 chars of [a-z0-9._-]",
+            ));
+        }
+        if l.name == EXEMPT_LIMIT_NAME {
+            return Err(err(
+                format!("{p}.name"),
+                format!("{EXEMPT_LIMIT_NAME:?} is the exempt paths' own limit (configure it in exempt_limit)"),
             ));
         }
         if !limit_names.insert(l.name.as_str()) {
@@ -69,23 +76,39 @@ pub(super) fn compile_limits(
                     })?,
             )
         };
-        if !(l.rate_per_s.is_finite() && l.rate_per_s > 0.0) {
-            return Err(err(format!("{p}.rate_per_s"), "must be > 0"));
-        }
-        if l.rate_per_s > 1_000_000.0 {
-            return Err(err(format!("{p}.rate_per_s"), "must be <= 1000000"));
-        }
-        if !(1..=1_000_000).contains(&l.burst) {
-            return Err(err(format!("{p}.burst"), "must be 1..=1000000"));
-        }
-        let refill_s = f64::from(l.burst) / l.rate_per_s;
-        if refill_s > MAX_REFILL_S {
+        let bucket = match (l.rate_per_s, l.burst) {
+            (Some(rate_per_s), Some(burst)) => Some(compile_bucket(&p, rate_per_s, burst)?),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(err(
+                    format!("{p}.burst"),
+                    "required with rate_per_s (a token bucket has both)",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(err(
+                    format!("{p}.rate_per_s"),
+                    "required with burst (a token bucket has both)",
+                ))
+            }
+        };
+        let max_in_flight = match l.max_in_flight {
+            None => None,
+            Some(m) => match u16::try_from(m) {
+                Ok(m) if (1..=MAX_IN_FLIGHT).contains(&m) => Some(m),
+                _ => {
+                    return Err(err(
+                        format!("{p}.max_in_flight"),
+                        format!("{m}: must be 1..={MAX_IN_FLIGHT}"),
+                    ))
+                }
+            },
+        };
+        if bucket.is_none() && max_in_flight.is_none() {
             return Err(err(
-                format!("{p}.rate_per_s"),
-                format!(
-                    "burst / rate_per_s must be <= {MAX_REFILL_S} s (one year), is {} s",
-                    refill_s.ceil()
-                ),
+                p,
+                "a limit needs rate_per_s and burst (a token bucket), max_in_flight (requests \
+                 in flight at once), or both",
             ));
         }
         let key = compile_key(&format!("{p}.key"), &l.key, class_header)?;
@@ -119,13 +142,19 @@ pub(super) fn compile_limits(
                 })
             }
         };
-        let cost = match &l.cost {
-            None => None,
-            Some(c) => {
-                if !(1..=l.burst).contains(&c.reserve) {
+        let cost = match (&l.cost, bucket) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(err(
+                    format!("{p}.cost"),
+                    "needs rate_per_s and burst: a cost is charged to a token bucket",
+                ))
+            }
+            (Some(c), Some(b)) => {
+                if !(1..=b.burst).contains(&c.reserve) {
                     return Err(err(
                         format!("{p}.cost.reserve"),
-                        format!("must be 1..=burst ({})", l.burst),
+                        format!("must be 1..=burst ({})", b.burst),
                     ));
                 }
                 let max_in_flight = match c.max_in_flight {
@@ -154,9 +183,8 @@ pub(super) fn compile_limits(
             name: l.name.clone(),
             class,
             route,
-            rate_per_s: l.rate_per_s,
-            burst: l.burst,
-            rate: Rate::new(l.rate_per_s, l.burst),
+            bucket,
+            max_in_flight,
             key,
             address_prefix,
             mode: l.mode.unwrap_or(mode),
@@ -165,6 +193,78 @@ pub(super) fn compile_limits(
     }
 
     Ok(limits)
+}
+
+/// A token bucket at `p` (`limits[i]` or `exempt_limit`): `rate_per_s` in (0, 1000000],
+/// `burst` 1..=1000000, refilled within [`MAX_REFILL_S`].
+fn compile_bucket(p: &str, rate_per_s: f64, burst: u32) -> Result<TokenBucket, ConfigError> {
+    if !(rate_per_s.is_finite() && rate_per_s > 0.0) {
+        return Err(err(format!("{p}.rate_per_s"), "must be > 0"));
+    }
+    if rate_per_s > 1_000_000.0 {
+        return Err(err(format!("{p}.rate_per_s"), "must be <= 1000000"));
+    }
+    if !(1..=1_000_000).contains(&burst) {
+        return Err(err(format!("{p}.burst"), "must be 1..=1000000"));
+    }
+    let refill_s = f64::from(burst) / rate_per_s;
+    if refill_s > MAX_REFILL_S {
+        return Err(err(
+            format!("{p}.rate_per_s"),
+            format!(
+                "burst / rate_per_s must be <= {MAX_REFILL_S} s (one year), is {} s",
+                refill_s.ceil()
+            ),
+        ));
+    }
+    Ok(TokenBucket::new(rate_per_s, burst))
+}
+
+/// `exempt_limit`: when enabled, a token bucket per client address ([`EXEMPT_LIMIT_NAME`],
+/// key `client_ip`) in `mode` (its own, else the global one), answered 429 with its
+/// `retry_after` range, never escalated. `None` when disabled.
+pub(super) fn compile_exempt_limit(
+    raw: &RawExemptLimit,
+    mode: Mode,
+) -> Result<Option<ExemptLimit>, ConfigError> {
+    use super::defaults::exempt_limit as d;
+    if !raw.enabled.unwrap_or(d::ENABLED) {
+        return Ok(None);
+    }
+    let bucket = compile_bucket(
+        "exempt_limit",
+        raw.rate_per_s.unwrap_or(d::RATE_PER_S),
+        raw.burst.unwrap_or(d::BURST),
+    )?;
+    let retry_after = compile_retry_after(
+        "exempt_limit.retry_after",
+        raw.retry_after.as_ref(),
+        d::RETRY_AFTER,
+    )?;
+    Ok(Some(ExemptLimit {
+        limit: Limit {
+            name: EXEMPT_LIMIT_NAME.into(),
+            class: None,
+            route: None,
+            bucket: Some(bucket),
+            max_in_flight: None,
+            key: KeyKind::ClientIp,
+            address_prefix: None,
+            mode: raw.mode.unwrap_or(mode),
+            cost: None,
+        },
+        policy: ClassPolicy {
+            retry_after,
+            reject_status: 429,
+            escalation: Escalation {
+                enabled: false,
+                after_ignored: 1,
+                factor: 2.0,
+                max_s: retry_after.max_s,
+                decay_s: 1,
+            },
+        },
+    }))
 }
 
 /// Most parts of a compound key.

@@ -276,12 +276,12 @@ pub struct Limit {
     pub class: Option<Class>,
     /// Route index it applies to (see [`Config::routes`]); `None` = every route.
     pub route: Option<usize>,
-    /// Refill rate, tokens per second.
-    pub rate_per_s: f64,
-    /// Capacity, tokens.
-    pub burst: u32,
-    /// Integer form of rate and burst.
-    pub rate: Rate,
+    /// The token bucket (`rate_per_s`, `burst`); `None` for a limit of requests in flight
+    /// only.
+    pub bucket: Option<TokenBucket>,
+    /// Requests of one key in flight at once (`max_in_flight`, 1..=[`MAX_IN_FLIGHT`]);
+    /// `None`: not bounded ([`crate::limits::in_flight`]).
+    pub max_in_flight: Option<u16>,
     /// Bucket key.
     pub key: KeyKind,
     /// The limit's own address prefix for its `client_ip` part; `None`: the configured
@@ -291,6 +291,52 @@ pub struct Limit {
     pub mode: Mode,
     /// Cost-based: reserve tokens at request time, settle from a response header.
     pub cost: Option<Cost>,
+}
+
+/// A limit's token bucket (`limits[].rate_per_s`, `limits[].burst`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenBucket {
+    /// Refill rate, tokens per second.
+    pub rate_per_s: f64,
+    /// Capacity, tokens.
+    pub burst: u32,
+    /// Integer form of rate and burst.
+    pub rate: Rate,
+}
+
+impl TokenBucket {
+    /// The bucket of `rate_per_s` tokens a second and `burst` tokens (validated by the
+    /// caller).
+    pub fn new(rate_per_s: f64, burst: u32) -> TokenBucket {
+        TokenBucket {
+            rate_per_s,
+            burst,
+            rate: Rate::new(rate_per_s, burst),
+        }
+    }
+
+    /// Seconds an empty bucket takes to refill (`burst / rate_per_s`, rounded up): the
+    /// window `w` of its `RateLimit-Policy`.
+    pub fn window_s(&self) -> u64 {
+        (f64::from(self.burst) / self.rate_per_s).ceil() as u64
+    }
+}
+
+/// Most `limits[].max_in_flight`.
+pub const MAX_IN_FLIGHT: u16 = 10_000;
+
+/// Name of the exempt paths' own limit (`exempt_limit`): in stats, logs and its
+/// `RateLimit-Policy`; no entry of `limits` may take it.
+pub const EXEMPT_LIMIT_NAME: &str = "exempt_limit";
+
+/// The exempt paths' own limit (`exempt_limit`): a token bucket per client address (the
+/// configured `client_ip` grouping), never a class limit, never shed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExemptLimit {
+    /// The limit: [`EXEMPT_LIMIT_NAME`], key `client_ip`, every class and route, its mode.
+    pub limit: Limit,
+    /// Its rejection: `429`, Retry-After in its `retry_after` range, no escalation.
+    pub policy: ClassPolicy,
 }
 
 impl Limit {
@@ -360,8 +406,11 @@ pub struct Config {
     /// The distinct `cost.from_response_header` names of cost-based limits (removed from
     /// every response).
     pub cost_headers: Vec<String>,
-    /// Exact paths never limited (query string ignored).
+    /// Exact paths never limited by a class limit nor shed (a request for one with a query
+    /// string is not exempt).
     pub exempt_paths: Vec<String>,
+    /// The exempt paths' own per-client limit (`exempt_limit`); `None` when disabled.
+    pub exempt_limit: Option<ExemptLimit>,
     /// Lowercase request header carrying the class upstream.
     pub class_header: String,
     /// Emit `RateLimit-Policy` / `RateLimit` on rejections.
@@ -422,7 +471,9 @@ impl Config {
 }
 
 /// Parses and validates a configuration document. Empty or whitespace-only input means
-/// [`DEFAULT_CONFIG_JSON`].
+/// the embedded default, [`DEFAULT_CONFIG_JSON`]: every field at its default, which is
+/// what that file spells out (a test keeps them equal), so the filter parses `{}` rather
+/// than carry the file's 6 KB in the module.
 ///
 /// Errors: the first problem found, as `path: reason`.
 pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
@@ -434,7 +485,7 @@ pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
         ));
     }
     let text = if bytes.iter().all(u8::is_ascii_whitespace) {
-        DEFAULT_CONFIG_JSON.as_bytes()
+        &b"{}"[..]
     } else {
         bytes
     };

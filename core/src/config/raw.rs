@@ -62,6 +62,8 @@ pub(super) struct RawConfig {
     pub(super) routes: Vec<Route>,
     pub(super) limits: Option<Vec<RawLimit>>,
     pub(super) exempt_paths: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) exempt_limit: RawExemptLimit,
     pub(super) class_header: Option<String>,
     #[serde(default)]
     pub(super) ratelimit_headers: bool,
@@ -117,8 +119,12 @@ pub(super) struct RawLimit {
     pub(super) name: String,
     pub(super) class: String,
     pub(super) route: String,
-    pub(super) rate_per_s: f64,
-    pub(super) burst: u32,
+    #[serde(default)]
+    pub(super) rate_per_s: Option<f64>,
+    #[serde(default)]
+    pub(super) burst: Option<u32>,
+    #[serde(default)]
+    pub(super) max_in_flight: Option<u32>,
     pub(super) key: RawKey,
     #[serde(default)]
     pub(super) ipv4_prefix_len: Option<u32>,
@@ -193,6 +199,17 @@ pub(super) struct RawCost {
     #[serde(default)]
     pub(super) max_in_flight: Option<u32>,
     pub(super) from_response_header: String,
+}
+
+/// `exempt_limit`: every field optional (defaults in `defaults.rs`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawExemptLimit {
+    pub(super) enabled: Option<bool>,
+    pub(super) rate_per_s: Option<f64>,
+    pub(super) burst: Option<u32>,
+    pub(super) mode: Option<Mode>,
+    pub(super) retry_after: Option<RawRetryAfter>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -30,6 +30,7 @@ fn embedded_default_file_equals_field_defaults() {
     assert_eq!(file.limits, fields.limits);
     assert_eq!(file.classes, fields.classes);
     assert_eq!(file.exempt_paths, fields.exempt_paths);
+    assert_eq!(file.exempt_limit, fields.exempt_limit);
     assert_eq!(file.store, fields.store);
     assert_eq!(file.client_ip, fields.client_ip);
     assert_eq!(file.class_header, fields.class_header);
@@ -49,6 +50,9 @@ fn embedded_default_file_equals_field_defaults() {
         file.classifier.non_browser(),
         fields.classifier.non_browser()
     );
+    assert_eq!(file.browser_checks, fields.browser_checks);
+    assert_eq!(file.cost_headers, fields.cost_headers);
+    assert_eq!(file.warnings, fields.warnings);
 }
 
 #[test]
@@ -312,8 +316,118 @@ fn errors_name_the_field_path() {
             r#"{"limits":[{"name":"a","class":"*","route":"*","rate_per_s":1,"burst":5,"key":"client_ip","cost":{"reserve":1,"max_in_flight":256,"from_response_header":"x-cost"}}]}"#.into(),
             Is("limits[0].cost.max_in_flight: 256: must be 1..=255"),
         ),
+        (
+            r#"{"limits":[{"name":"a","class":"*","route":"*","key":"client_ip"}]}"#.into(),
+            Is("limits[0]: a limit needs rate_per_s and burst (a token bucket), max_in_flight \
+                (requests in flight at once), or both"),
+        ),
+        (
+            r#"{"limits":[{"name":"a","class":"*","route":"*","rate_per_s":1,"key":"client_ip","max_in_flight":3}]}"#.into(),
+            Is("limits[0].burst: required with rate_per_s (a token bucket has both)"),
+        ),
+        (
+            r#"{"limits":[{"name":"a","class":"*","route":"*","burst":3,"key":"client_ip"}]}"#.into(),
+            Is("limits[0].rate_per_s: required with burst (a token bucket has both)"),
+        ),
+        (
+            r#"{"limits":[{"name":"a","class":"*","route":"*","key":"path","max_in_flight":0}]}"#.into(),
+            Is("limits[0].max_in_flight: 0: must be 1..=10000"),
+        ),
+        (
+            r#"{"limits":[{"name":"a","class":"*","route":"*","key":"path","max_in_flight":10001}]}"#.into(),
+            Is("limits[0].max_in_flight: 10001: must be 1..=10000"),
+        ),
+        (
+            r#"{"limits":[{"name":"a","class":"*","route":"*","key":"path","max_in_flight":-1}]}"#.into(),
+            Want::StartsWith("limits[0].max_in_flight: invalid value: integer `-1`"),
+        ),
+        (
+            r#"{"limits":[{"name":"a","class":"*","route":"*","key":"global","max_in_flight":4,"cost":{"reserve":1,"from_response_header":"x-cost"}}]}"#.into(),
+            Is("limits[0].cost: needs rate_per_s and burst: a cost is charged to a token bucket"),
+        ),
+        (
+            r#"{"limits":[{"name":"exempt_limit","class":"*","route":"*","key":"global","max_in_flight":4}]}"#.into(),
+            Is("limits[0].name: \"exempt_limit\" is the exempt paths' own limit (configure it \
+                in exempt_limit)"),
+        ),
+        (
+            r#"{"exempt_limit":{"rate_per_s":0}}"#.into(),
+            Is("exempt_limit.rate_per_s: must be > 0"),
+        ),
+        (
+            r#"{"exempt_limit":{"burst":0}}"#.into(),
+            Is("exempt_limit.burst: must be 1..=1000000"),
+        ),
+        (
+            r#"{"exempt_limit":{"retry_after":{"min_s":30,"max_s":10}}}"#.into(),
+            Is("exempt_limit.retry_after.max_s: must be in min_s..=86400 (min_s is 30)"),
+        ),
+        (
+            r#"{"exempt_limit":{"enabled":true,"key":"global"}}"#.into(),
+            Want::StartsWith("exempt_limit.key: unknown field `key`"),
+        ),
     ];
     check_errors(&cases);
+}
+
+#[test]
+fn a_limit_may_bound_requests_in_flight_beside_or_instead_of_a_bucket() {
+    let c = parse(
+        br#"{"limits":[
+            {"name":"both","class":"script","route":"*","rate_per_s":1,"burst":10,"max_in_flight":8,"key":"client_ip"},
+            {"name":"herd","class":"ai_retriever","route":"*","max_in_flight":4,"key":"path"}]}"#,
+    )
+    .expect("valid");
+    let both = &c.limits[0];
+    assert_eq!(both.max_in_flight, Some(8));
+    assert_eq!(
+        both.bucket.map(|b| (b.rate_per_s, b.burst)),
+        Some((1.0, 10))
+    );
+    let herd = &c.limits[1];
+    assert_eq!((herd.max_in_flight, herd.bucket), (Some(4), None));
+    // A limit of requests in flight only refills nothing: no Retry-After warning for it.
+    assert!(
+        !c.warnings.iter().any(|w| w.contains("limits[1]")),
+        "{:?}",
+        c.warnings
+    );
+    // The exempt paths' own limit: on by default, per address, 1/s, burst 60, in the
+    // global mode unless it has its own.
+    let d = parse(b"").expect("default");
+    let ex = d.exempt_limit.as_ref().expect("on by default");
+    assert_eq!(
+        (
+            ex.limit.name.as_str(),
+            ex.limit.bucket.map(|b| (b.rate_per_s, b.burst)),
+            &ex.limit.key,
+            ex.limit.mode,
+            ex.policy.reject_status,
+            ex.policy.escalation.enabled,
+        ),
+        (
+            "exempt_limit",
+            Some((1.0, 60)),
+            &KeyKind::ClientIp,
+            Mode::Enforce,
+            429,
+            false
+        )
+    );
+    let shadow = parse(br#"{"mode":"shadow"}"#).expect("valid");
+    assert_eq!(
+        shadow.exempt_limit.map(|e| e.limit.mode),
+        Some(Mode::Shadow)
+    );
+    let own =
+        parse(br#"{"mode":"shadow","exempt_limit":{"mode":"enforce","burst":5}}"#).expect("valid");
+    assert_eq!(
+        own.exempt_limit
+            .map(|e| (e.limit.mode, e.limit.bucket.map(|b| b.burst))),
+        Some((Mode::Enforce, Some(5)))
+    );
+    let off = parse(br#"{"exempt_limit":{"enabled":false}}"#).expect("valid");
+    assert!(off.exempt_limit.is_none());
 }
 
 #[test]
@@ -522,12 +636,12 @@ fn a_class_no_enforced_limit_covers_is_warned_about_per_route() {
         [
             w(
                 "search_crawler",
-                "search_crawler_per_ip (10/s, burst 50, key client_ip) and \
+                "search_crawler_per_ip (10/s, burst 50, at most 30 in flight, key client_ip) and \
                  search_crawler_per_bot (200/s, burst 2000, key bot)"
             ),
             w(
                 "ai_retriever",
-                "ai_retriever_per_ip (5/s, burst 20, key client_ip) and \
+                "ai_retriever_per_ip (5/s, burst 20, at most 30 in flight, key client_ip) and \
                  ai_retriever_per_bot (50/s, burst 500, key bot)"
             ),
             w(
@@ -542,7 +656,7 @@ fn a_class_no_enforced_limit_covers_is_warned_about_per_route() {
             ),
             w(
                 "script",
-                "script_per_ip (1/s, burst 10, key client_ip) and \
+                "script_per_ip (1/s, burst 10, at most 8 in flight, key client_ip) and \
                  script_per_24 (5/s, burst 50, key client_ip /24 /48)"
             ),
             w(
@@ -559,7 +673,7 @@ fn a_class_no_enforced_limit_covers_is_warned_about_per_route() {
             ),
             w(
                 "suspect_browser",
-                "suspect_browser_per_ip (2/s, burst 40, key client_ip) and \
+                "suspect_browser_per_ip (2/s, burst 40, at most 8 in flight, key client_ip) and \
                  suspect_browser_per_24 (5/s, burst 100, key client_ip /24 /48) and \
                  suspect_browser_per_asn (10/s, burst 100, key asn) and \
                  suspect_browser_global (50/s, burst 500, key global)"

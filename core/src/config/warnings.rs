@@ -20,22 +20,27 @@ use crate::store::PUBLISHED_HASH_SEED;
 pub(super) fn retry_after(limits: &[Limit], classes: &PerClass<ClassPolicy>) -> Vec<String> {
     let mut out = Vec::new();
     for (i, l) in limits.iter().enumerate() {
+        // A limit of requests in flight only refills nothing: a place frees when a request
+        // ends, whenever that is.
+        let Some(b) = l.bucket else {
+            continue;
+        };
         for (class, policy) in classes.iter() {
             if l.class.is_some_and(|c| c != class) {
                 continue;
             }
             let max_s = policy.retry_after.max_s;
-            if u128::from(l.rate.emission_ns) > u128::from(max_s) * u128::from(NS_PER_S) {
+            if u128::from(b.rate.emission_ns) > u128::from(max_s) * u128::from(NS_PER_S) {
                 out.push(format!(
                     "limits[{i}].rate_per_s: limit {:?} refills one token every {} s \
                      (1 / rate_per_s), longer than classes.{class}.retry_after.max_s ({max_s} s): \
                      a client of class {class} that waits Retry-After can be rejected again",
                     l.name,
-                    l.rate.emission_ns as f64 / NS_PER_S as f64,
+                    b.rate.emission_ns as f64 / NS_PER_S as f64,
                     class = class.as_str(),
                 ));
             } else if l.cost.is_some()
-                && l.rate.capacity_ns() > u128::from(max_s) * u128::from(NS_PER_S)
+                && b.rate.capacity_ns() > u128::from(max_s) * u128::from(NS_PER_S)
             {
                 // Retry-After covers a cost-based key's debt only up to the class cap.
                 out.push(format!(
@@ -44,7 +49,7 @@ pub(super) fn retry_after(limits: &[Limit], classes: &PerClass<ClassPolicy>) -> 
                      a client of class {class} whose costs spent the burst (or put it in debt) \
                      and that waits Retry-After can be rejected again",
                     l.name,
-                    l.rate.capacity_ns() as f64 / NS_PER_S as f64,
+                    b.rate.capacity_ns() as f64 / NS_PER_S as f64,
                     class = class.as_str(),
                 ));
             }
@@ -87,13 +92,14 @@ pub(super) fn uncovered_classes(limits: &[Limit], routes: &[Route], mode: Mode) 
             .iter()
             .filter(|d| d.class == class.as_str())
             .map(|d| {
-                format!(
-                    "{} ({}/s, burst {}, key {})",
-                    d.name,
-                    d.rate_per_s,
-                    d.burst,
-                    d.key_label()
-                )
+                let bucket = match (d.rate_per_s, d.burst) {
+                    (Some(r), Some(b)) => format!("{r}/s, burst {b}, "),
+                    _ => String::new(),
+                };
+                let in_flight = d
+                    .max_in_flight
+                    .map_or(String::new(), |m| format!("at most {m} in flight, "));
+                format!("{} ({bucket}{in_flight}key {})", d.name, d.key_label())
             })
             .collect();
         out.push(format!(

@@ -181,11 +181,12 @@ pub fn request_body(cfg: &Config, replica: &str, batch: &[Use]) -> Vec<u8> {
     let keys = batch
         .iter()
         .filter_map(|u| {
-            let limit = cfg.limits.get(u.limit)?;
+            // Only limits with a bucket are recorded (places in flight are per Envoy).
+            let b = cfg.limits.get(u.limit)?.bucket?;
             Some(KeyUse {
                 key: format!("{:016x}", u.key.fp),
-                rate_per_s: limit.rate_per_s,
-                burst: limit.burst,
+                rate_per_s: b.rate_per_s,
+                burst: b.burst,
                 used: u32::try_from(u.used).unwrap_or(u32::MAX),
             })
         })
@@ -285,7 +286,10 @@ fn failed(
             // left is put back; the rest is counted `fleet.keys_dropped`.
             if matches!(e, SyncError::Dispatch | SyncError::Store) {
                 fb.ledger.put_back(batch, |i| {
-                    cfg.limits.get(i).map_or(0, |l| u64::from(l.burst))
+                    cfg.limits
+                        .get(i)
+                        .and_then(|l| l.bucket)
+                        .map_or(0, |b| u64::from(b.burst))
                 });
             } else {
                 fb.ledger.count_dropped(batch.len());

@@ -3,17 +3,18 @@
 //! header, [`key_values`]), and what is given back when one rejects. The buckets, their
 //! keys and the store they live in are the [`Limiter`]'s (`limiter.rs`).
 
-use crate::config::{Config, KeyKind, Limit, Mode};
+use crate::config::{Config, ExemptLimit, KeyKind, Limit, Mode};
 use crate::identity::class::Class;
 use crate::identity::client_ip;
 use crate::limits::bucket_key::{key_values, KeyPart, MAX_KEY_VALUES};
 use crate::limits::escalation::Visit;
 use crate::limits::limiter::{
-    Charge, Charged, Decision, KeyRules, LimitResult, Limiter, OverLimit, RequestKeys, Reservation,
-    StoreEvents,
+    Charge, Charged, Decision, KeyRules, LimitResult, Limiter, OverLimit, Place, RequestKeys,
+    Reservation, StoreEvents,
 };
 use crate::response::rejection;
 use crate::store::SharedData;
+use std::net::IpAddr;
 
 /// Decides a request of class `class` at `now_ns`: charges every limit matching its class
 /// and route, in configuration order (a cost-based limit reserves `cost.reserve` tokens,
@@ -96,12 +97,13 @@ pub fn decide(
             let client = req.client.map(client_ip::concurrency_prefix);
             let fk = limiter.key(&limit.name, &[KeyPart::FlightsOf(client)]);
             match limiter.take_flight(store, fk, now_ns, c.max_in_flight, &mut events) {
-                Some(f) => flight = Some(f),
-                None => {
+                Ok(f) => flight = f,
+                Err(()) => {
                     let over = OverLimit {
                         limit: i,
                         status: policy.reject_status,
                         retry_after_s: rejection::clamp_s(0, &policy.retry_after),
+                        in_flight: Some(u16::from(c.max_in_flight)),
                     };
                     if is_shadow {
                         shadow = Some(Decision::ShadowLimited(over));
@@ -129,6 +131,7 @@ pub fn decide(
             let rules = KeyRules {
                 track,
                 leasable: !is_shadow && limit.cost.is_none(),
+                per_envoy: false,
             };
             let (c, v, at) = limiter.charge(
                 store,
@@ -146,7 +149,7 @@ pub fn decide(
                 _ => Visit::Unremarkable,
             };
             match c {
-                Charged::Allowed { tokens, .. } => {
+                Charged::Allowed { tokens, place } => {
                     if let Some(at) = at {
                         charged.push(Charge {
                             taken: Reservation {
@@ -157,6 +160,7 @@ pub fn decide(
                                 // The client's flight goes with the limit's first charge.
                                 flight: flight.take(),
                             },
+                            place,
                             shadow: is_shadow,
                         });
                     }
@@ -164,15 +168,17 @@ pub fn decide(
                 Charged::Limited {
                     retry_after_s,
                     escalated: esc,
+                    in_flight,
                 } => {
-                    let jitter = random() % policy.retry_after.jitter_s.saturating_add(1).max(1);
+                    let jitter = rejection::jitter_s(&policy.retry_after, random());
                     let over = OverLimit {
                         limit: i,
                         status: policy.reject_status,
                         retry_after_s: retry_after_s.saturating_add(jitter),
+                        in_flight: limit.max_in_flight.filter(|_| in_flight),
                     };
                     if let Some(f) = flight.take() {
-                        limiter.end_client_flight(store, f, now_ns);
+                        limiter.release_place(store, f, now_ns);
                     }
                     if is_shadow {
                         shadow = Some(Decision::ShadowLimited(over));
@@ -186,10 +192,10 @@ pub fn decide(
         }
         // A flight no reservation took (nothing charged where it can be settled).
         if let Some(f) = flight.take() {
-            limiter.end_client_flight(store, f, now_ns);
+            limiter.release_place(store, f, now_ns);
         }
     }
-    let reservations = settle(
+    let (reservations, places) = settle(
         cfg,
         limiter,
         store,
@@ -209,13 +215,65 @@ pub fn decide(
         visit,
         escalated,
         reservations,
+        places,
     }
 }
 
+/// Decides a request for an exempt path under the exempt paths' own limit
+/// (`exempt_limit`): one token from the bucket of its client prefix `client` (the configured
+/// `client_ip` grouping), kept by this Envoy whole (also in fleet mode), never tracked for
+/// Retry-After compliance. Returns the rejection if the bucket is empty (its Retry-After:
+/// the bucket's wait clamped to the limit's range, plus jitter from `random`; the caller
+/// applies the limit's mode) and the store trouble met.
+pub fn decide_exempt(
+    ex: &ExemptLimit,
+    limiter: &mut Limiter,
+    store: &dyn SharedData,
+    client: Option<IpAddr>,
+    now_ns: u64,
+    random: &mut dyn FnMut() -> u32,
+) -> (Option<OverLimit>, StoreEvents) {
+    let mut events = StoreEvents::default();
+    let key = limiter.key(
+        &ex.limit.name,
+        &[client.map_or(KeyPart::UnknownIp, KeyPart::Ip)],
+    );
+    let rules = KeyRules {
+        track: false,
+        leasable: ex.limit.mode == Mode::Enforce,
+        per_envoy: true,
+    };
+    // Its own lease index, past the configured limits'.
+    let idx = usize::MAX;
+    let (c, _, _) = limiter.charge(
+        store,
+        key,
+        now_ns,
+        (idx, &ex.limit),
+        1,
+        (Class::Human, &ex.policy),
+        rules,
+        &mut events,
+    );
+    let over = match c {
+        Charged::Allowed { .. } => None,
+        Charged::Limited { retry_after_s, .. } => Some(OverLimit {
+            limit: idx,
+            status: ex.policy.reject_status,
+            retry_after_s: retry_after_s
+                .saturating_add(rejection::jitter_s(&ex.policy.retry_after, random())),
+            in_flight: None,
+        }),
+    };
+    (over, events)
+}
+
 /// After the limits: gives back what a request must not keep and returns the cost-based
-/// reservations its response settles. Everything goes back when it was `rejected`; what
-/// shadow limits took when one of them would have rejected (`shadow_hit`: enforcing it would
-/// have stopped the request there); the rest is recorded in the fleet ledger.
+/// reservations its response settles and the places in flight its stream's end gives back.
+/// Everything goes back when it was `rejected`; what shadow limits took when one of them
+/// would have rejected (`shadow_hit`: enforcing it would have stopped the request there);
+/// the rest is recorded in the fleet ledger (tokens of a bucket; places are per Envoy) and
+/// its places are held by this worker.
 fn settle(
     cfg: &Config,
     limiter: &mut Limiter,
@@ -224,34 +282,53 @@ fn settle(
     rejected: bool,
     shadow_hit: bool,
     now_ns: u64,
-) -> Vec<Reservation> {
+) -> (Vec<Reservation>, Vec<Place>) {
     let mut reservations = Vec::new();
+    let mut places = Vec::new();
     for &Charge {
         taken: r,
+        place,
         shadow: in_shadow,
     } in charged
     {
         let Some(limit) = cfg.limits.get(r.limit) else {
             continue;
         };
+        let rate = limit.bucket.map(|b| limiter.local_rate(b.rate));
         if rejected || (in_shadow && shadow_hit) {
-            let rate = limiter.local_rate(limit.rate);
-            if limit.cost.is_some() {
-                // Everything back, and the reservation's flight ends unlearned.
-                limiter.end_flight(store, &r, rate, 0, None, now_ns);
-            } else {
-                limiter.refund(store, (r.key, r.limit), r.at, rate, r.reserved);
+            match (rate, limit.cost.is_some()) {
+                (Some(rate), true) => {
+                    // Everything back, and the reservation's flight ends unlearned.
+                    limiter.end_flight(store, &r, rate, 0, None, now_ns);
+                    if let Some(t) = place {
+                        limiter.give_back_place(store, r.key, r.at, t.epoch_s, now_ns);
+                    }
+                }
+                _ => limiter.refund(
+                    store,
+                    (r.key, r.limit),
+                    r.at,
+                    rate,
+                    r.reserved,
+                    place.map(|t| t.epoch_s),
+                    now_ns,
+                ),
             }
             continue;
         }
-        if let Some(f) = limiter.fleet.as_mut() {
+        if let (Some(f), Some(_)) = (limiter.fleet.as_mut(), limit.bucket) {
             f.ledger.record(r.key, r.limit, u64::from(r.reserved));
         }
         if limit.cost.is_some() {
             reservations.push(r);
         }
+        if let (Some(t), Some(max)) = (place, limit.max_in_flight) {
+            if let Some(p) = limiter.hold_place(r.key, r.at, t, max) {
+                places.push(p);
+            }
+        }
     }
-    reservations
+    (reservations, places)
 }
 
 /// The bucket keys one limit charges for a request: one for a one-part key that is not a

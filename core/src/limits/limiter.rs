@@ -16,103 +16,25 @@ use crate::limits::lease::{self, Lease, Leases};
 use crate::response::rejection;
 use crate::store::local_store::{LocalPlace, LocalStore};
 use crate::store::slot_table::{SharedSlots, SlotRef, SlotTable, CANDIDATES};
-use crate::store::{SharedData, StateKey, StateStore, StoreFault, PUBLISHED_HASH_SEED};
+use crate::store::{SharedData, StateKey, StateStore, PUBLISHED_HASH_SEED};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::IpAddr;
 
 pub use key_state::KeyState;
+pub use outcome::{Decision, LimitResult, OverLimit, StoreEvents};
+pub use places::Place;
 pub use reservation::Reservation;
 
 mod fleet_fold;
 mod key_state;
+mod outcome;
+mod places;
 mod reservation;
 
 /// Shared-data key prefix of bucket slots.
 pub const BUCKET_PREFIX: &str = "cg:b:";
 
 pub use crate::limits::bucket_key::RequestKeys;
-
-/// How a request over a limit is answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OverLimit {
-    /// Index of the limit in [`Config::limits`].
-    pub limit: usize,
-    /// Status to answer with (class `reject_status`).
-    pub status: u16,
-    /// Retry-After, seconds (jitter included).
-    pub retry_after_s: u32,
-}
-
-/// What happens to the request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    /// Passed every matching limit (or none matched).
-    Allowed,
-    /// Over a limit, answer locally with a rejection.
-    Limited(OverLimit),
-    /// Over a limit in shadow mode: counted, sent upstream anyway.
-    ShadowLimited(OverLimit),
-    /// A `header:<name>` key of limit `limit` (index in [`Config::limits`]) named more than
-    /// [`crate::limits::bucket_key::MAX_KEY_VALUES`] distinct values: answered with a 400, no token taken.
-    Malformed {
-        /// Index of the limit in [`Config::limits`].
-        limit: usize,
-    },
-    /// The same in shadow mode: counted, sent upstream anyway.
-    ShadowMalformed {
-        /// Index of the limit in [`Config::limits`].
-        limit: usize,
-    },
-}
-
-/// Shared-store trouble met while deciding, by kind (each is counted; none fails the
-/// request: the per-worker fallback decided those buckets).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct StoreEvents {
-    /// Host call errors.
-    pub errors: u32,
-    /// CAS retries exhausted.
-    pub cas_exhausted: u32,
-    /// Slot collisions with active buckets.
-    pub collisions: u32,
-    /// Slots that did not decode.
-    pub corrupt: u32,
-}
-
-impl StoreEvents {
-    /// True when any bucket was decided by the per-worker fallback (the request "failed
-    /// open" onto it).
-    pub fn fell_back(&self) -> bool {
-        self.errors + self.cas_exhausted + self.collisions + self.corrupt > 0
-    }
-
-    pub(crate) fn count(&mut self, fault: StoreFault) {
-        match fault {
-            StoreFault::Store => self.errors += 1,
-            StoreFault::CasExhausted => self.cas_exhausted += 1,
-            StoreFault::Collision => self.collisions += 1,
-            StoreFault::Corrupt => self.corrupt += 1,
-        }
-    }
-}
-
-/// The result of checking one request against the limits.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LimitResult {
-    /// Route index (see [`Config::route_name`]).
-    pub route: usize,
-    /// The decision.
-    pub decision: Decision,
-    /// Store trouble met.
-    pub store: StoreEvents,
-    /// How the request relates to a Retry-After one of its keys was given: `Ignored` if any
-    /// key was told to wait longer, else `Honoured` if one came back after its wait.
-    pub visit: Visit,
-    /// The rejection was made longer by escalation (the key serves a penalty).
-    pub escalated: bool,
-    /// Cost-based reservations to settle on the response (only when forwarded).
-    pub reservations: Vec<Reservation>,
-}
 
 /// Where a charged token was taken, for a refund or a settlement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,16 +45,41 @@ pub(crate) enum Placed {
     Lease,
 }
 
+/// A place in flight just taken ([`crate::limits::in_flight`]): the epoch it counts in,
+/// and the key's places in flight with it (what this worker last saw of the key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Taken {
+    pub(crate) epoch_s: u32,
+    pub(crate) in_flight: u32,
+}
+
+impl Taken {
+    /// Takes a place of `places` at `now_ns`.
+    pub(crate) fn of(places: &mut crate::limits::in_flight::InFlight, now_ns: u64) -> Taken {
+        let epoch_s = places.take(now_ns);
+        Taken {
+            epoch_s,
+            in_flight: places.count_at(now_ns),
+        }
+    }
+}
+
 /// What charging one key did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Charged {
     /// `tokens` taken (a cost-based key's reservation may be more than asked: its last
-    /// cost, [`crate::limits::cost`]); `flight_epoch_s`: the epoch a place in flight was taken in
-    /// ([`Limiter::take_flight`], which shares this type so that both share the store code;
-    /// 0 for a charge).
-    Allowed { tokens: u32, flight_epoch_s: u32 },
-    /// Over the limit: the Retry-After to send before jitter (clamped, maybe escalated).
-    Limited { retry_after_s: u32, escalated: bool },
+    /// cost, [`crate::limits::cost`]; 0 for a limit without a bucket); `place`: the epoch a
+    /// place in flight was taken in, if one was ([`crate::limits::in_flight`]; also
+    /// [`Limiter::take_flight`]'s answer, which shares this type so that both share the
+    /// store code).
+    Allowed { tokens: u32, place: Option<Taken> },
+    /// Over the limit: the Retry-After to send before jitter (clamped, maybe escalated);
+    /// `in_flight`: its places in flight are all taken (the bucket was not asked).
+    Limited {
+        retry_after_s: u32,
+        escalated: bool,
+        in_flight: bool,
+    },
 }
 
 /// Per-worker limiter state: the bucket slot table, the per-worker fallback, the keyed
@@ -148,14 +95,18 @@ pub struct Limiter {
     pub(crate) charged: Vec<Charge>,
     /// Tokens this worker holds of buckets far from empty ([`crate::limits::lease`]).
     leases: Leases,
+    /// Places in flight this worker's live requests hold ([`places`]).
+    places: places::HeldPlaces,
 }
 
 /// One charged key: what was taken where (a [`Reservation`], which a cost-based limit's
-/// forwarded request settles; any other's is only given back on a rejection), and whether
-/// its limit is in shadow mode.
+/// forwarded request settles; any other's is only given back on a rejection), the epoch of
+/// the place in flight it took (a concurrency limit's), and whether its limit is in shadow
+/// mode.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Charge {
     pub(crate) taken: Reservation,
+    pub(crate) place: Option<Taken>,
     pub(crate) shadow: bool,
 }
 
@@ -167,6 +118,9 @@ pub(crate) struct KeyRules {
     pub(crate) track: bool,
     /// The token may come from this worker's lease of the key ([`crate::limits::lease`]).
     pub(crate) leasable: bool,
+    /// The limit is this Envoy's alone, whole, also in fleet mode (the exempt paths' own
+    /// limit): never a share of a fleet-wide one.
+    pub(crate) per_envoy: bool,
 }
 
 impl Limiter {
@@ -185,6 +139,7 @@ impl Limiter {
             fleet: FleetBuckets::new(cfg),
             charged: Vec::new(),
             leases: Leases::default(),
+            places: places::HeldPlaces::default(),
         }
     }
 
@@ -286,16 +241,21 @@ impl Limiter {
     }
 
     /// Takes `n` tokens from `key`'s bucket under `limit`, for a request of `class` with
-    /// `policy`. With `rules.track` (an enforced limit keyed by a client address), the
-    /// client's Retry-After compliance is checked and remembered, and a client serving a
-    /// penalty is rejected without taking tokens ([`crate::limits::escalation`]: the client is the
-    /// address and the class).
+    /// `policy`, and with `limit.max_in_flight` one of the key's places in flight, in the
+    /// same write ([`crate::limits::in_flight`]): a key whose places are all taken is
+    /// refused before its bucket is asked (Retry-After the class's `retry_after.min_s`; not
+    /// remembered as something the client was told). With `rules.track` (an enforced limit
+    /// keyed by a client address), the client's Retry-After compliance is checked and
+    /// remembered, and a client serving a penalty is rejected without taking tokens
+    /// ([`crate::limits::escalation`]: the client is the address and the class).
     ///
     /// With `rules.leasable` (see [`crate::limits::lease`]) the token may come from this worker's
     /// lease of the key (no shared-data call), and a charge that leaves the bucket far from
-    /// empty takes a lease of a few more tokens in the same write.
+    /// empty takes a lease of a few more tokens in the same write. A limit with places in
+    /// flight is never leased: every admission must count in the shared slot.
     ///
-    /// A cost-based limit's places in flight are taken before, [`Limiter::take_flight`].
+    /// A cost-based limit's places in flight per client are taken before,
+    /// [`Limiter::take_flight`].
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn charge(
         &mut self,
@@ -308,19 +268,31 @@ impl Limiter {
         rules: KeyRules,
         events: &mut StoreEvents,
     ) -> (Charged, Visit, Option<Placed>) {
-        let KeyRules { track, leasable } = rules;
-        let leasable = leasable && n == 1 && self.fleet.is_none();
+        let KeyRules {
+            track,
+            leasable,
+            per_envoy,
+        } = rules;
+        let rate = limit.bucket.map(|b| {
+            if per_envoy {
+                b.rate
+            } else {
+                self.local_rate(b.rate)
+            }
+        });
+        let max_in_flight = limit.max_in_flight;
+        let leasable =
+            leasable && n == 1 && self.fleet.is_none() && max_in_flight.is_none() && rate.is_some();
         if leasable && self.leases.spend(key, limit_idx, now_ns) {
             return (
                 Charged::Allowed {
                     tokens: 1,
-                    flight_epoch_s: 0,
+                    place: None,
                 },
                 Visit::Unremarkable,
                 Some(Placed::Lease),
             );
         }
-        let rate = self.local_rate(limit.rate);
         let ra = &policy.retry_after;
         let esc = &policy.escalation;
         let mut leased = 0;
@@ -332,37 +304,53 @@ impl Limiter {
             } else {
                 Visit::Unremarkable
             };
-            // A cost-based key reserves what it last cost.
-            let n = match &limit.cost {
-                Some(_) => st.cost.reservation(n, rate.burst),
-                None => n,
-            };
-            let wait_ns = if track && st.compliance.penalises(now_ns, class, esc) {
+            let penalised = track && st.compliance.penalises(now_ns, class, esc);
+            if !penalised && max_in_flight.is_some_and(|m| !st.places.has_room(now_ns, m)) {
+                // Every place taken: a place frees when one of the key's requests ends,
+                // which nobody can tell, so the class's shortest wait. Only the visit is
+                // remembered (a refusal at the cap tells the client nothing to ignore).
+                let full = Charged::Limited {
+                    retry_after_s: rejection::clamp_s(0, ra),
+                    escalated: false,
+                    in_flight: true,
+                };
+                return ((full, visit), track.then_some(st));
+            }
+            let wait_ns = match rate {
                 // Serving a penalty: rejected without consuming tokens, at the class's base
                 // wait (the step sets the penalty, not what is left of the last one).
-                0
-            } else {
-                match bucket::take_n(Some(st.bucket), now_ns, rate, n) {
-                    Take::Allowed { state, remaining } => {
-                        st.bucket = state;
-                        // A lease only for a key that remembers nothing (spending it skips
-                        // the compliance visit, a no-op for such a key).
-                        let size = lease::lease_size(rate.burst, remaining);
-                        if leasable && size > 0 && st.compliance.is_idle(now_ns) {
-                            if let Take::Allowed { state, .. } =
-                                bucket::take_n(Some(st.bucket), now_ns, rate, size)
-                            {
-                                st.bucket = state;
-                                leased = size;
+                _ if penalised => 0,
+                None => {
+                    let place = max_in_flight.map(|_| Taken::of(&mut st.places, now_ns));
+                    let allowed = Charged::Allowed { tokens: 0, place };
+                    return ((allowed, visit), Some(st));
+                }
+                Some(rate) => {
+                    // A cost-based key reserves what it last cost.
+                    let n = match &limit.cost {
+                        Some(_) => st.cost.reservation(n, rate.burst),
+                        None => n,
+                    };
+                    match bucket::take_n(Some(st.bucket), now_ns, rate, n) {
+                        Take::Allowed { state, remaining } => {
+                            st.bucket = state;
+                            // A lease only for a key that remembers nothing (spending it
+                            // skips the compliance visit, a no-op for such a key).
+                            let size = lease::lease_size(rate.burst, remaining);
+                            if leasable && size > 0 && st.compliance.is_idle(now_ns) {
+                                if let Take::Allowed { state, .. } =
+                                    bucket::take_n(Some(st.bucket), now_ns, rate, size)
+                                {
+                                    st.bucket = state;
+                                    leased = size;
+                                }
                             }
+                            let place = max_in_flight.map(|_| Taken::of(&mut st.places, now_ns));
+                            let allowed = Charged::Allowed { tokens: n, place };
+                            return ((allowed, visit), Some(st));
                         }
-                        let allowed = Charged::Allowed {
-                            tokens: n,
-                            flight_epoch_s: 0,
-                        };
-                        return ((allowed, visit), Some(st));
+                        Take::Limited { wait_ns } => wait_ns,
                     }
-                    Take::Limited { wait_ns } => wait_ns,
                 }
             };
             let base_s = rejection::clamp_s(wait_ns.div_ceil(bucket::NS_PER_S), ra);
@@ -370,6 +358,7 @@ impl Limiter {
                 let limited = Charged::Limited {
                     retry_after_s: base_s,
                     escalated: false,
+                    in_flight: false,
                 };
                 return ((limited, visit), None);
             }
@@ -377,11 +366,12 @@ impl Limiter {
             let limited = Charged::Limited {
                 retry_after_s,
                 escalated,
+                in_flight: false,
             };
             ((limited, visit), Some(st))
         });
-        if let (Some(((Charged::Allowed { .. }, _), Placed::Shared(at))), true) =
-            (&result, leased > 0)
+        if let (Some(((Charged::Allowed { .. }, _), Placed::Shared(at))), true, Some(rate)) =
+            (&result, leased > 0, rate)
         {
             let back = self.leases.hold(Lease {
                 key,
@@ -403,6 +393,7 @@ impl Limiter {
                 Charged::Limited {
                     retry_after_s: rejection::clamp_s(0, ra),
                     escalated: false,
+                    in_flight: false,
                 },
                 Visit::Unremarkable,
                 None,
@@ -410,39 +401,51 @@ impl Limiter {
         }
     }
 
-    /// Gives back `n` tokens where `charge` took them (best effort: a lost refund only errs
-    /// on the strict side).
+    /// Gives back what a charge took, where it took it, when a later limit rejected the
+    /// request: `n` tokens (`rate`: the bucket's, `None` for a limit without one) and the
+    /// place in flight taken in epoch `place` (best effort: a lost give-back only errs on the
+    /// strict side).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn refund(
         &mut self,
         store: &dyn SharedData,
         (key, limit_idx): (StateKey, usize),
         at: Placed,
-        rate: bucket::Rate,
+        rate: Option<bucket::Rate>,
         n: u32,
+        place: Option<u32>,
+        now_ns: u64,
     ) {
         if at == Placed::Lease {
             // Back into the lease; if it was given back meanwhile, the token is lost (strict).
             self.leases.unspend(key, limit_idx);
             return;
         }
-        self.change_at(store, key, at, &mut |s| KeyState {
-            bucket: bucket::refund_n(s.bucket, rate, n),
-            ..s
+        self.change_at(store, key, at, &mut |s| {
+            let mut st = s;
+            if let (Some(rate), true) = (rate, n > 0) {
+                st.bucket = bucket::refund_n(s.bucket, rate, n);
+            }
+            if let Some(epoch_s) = place {
+                st.places.release(now_ns, epoch_s, 1);
+            }
+            st
         });
     }
 
     /// Changes `key`'s state with `f` where a charge put it, only if the slot is still
     /// `key`'s (best effort: every caller gives something back or ends a flight, and a lost
-    /// change errs on the strict side or is forgotten with its epoch). A lease holds no
-    /// state: nothing to change. `dyn`: one copy of the store code for every caller.
+    /// change errs on the strict side or is forgotten with its epoch); true when it was
+    /// changed. A lease holds no state: nothing to change. `dyn`: one copy of the store code
+    /// for every caller.
     pub(crate) fn change_at(
         &mut self,
         store: &dyn SharedData,
         key: StateKey,
         at: Placed,
         f: &mut dyn FnMut(KeyState) -> KeyState,
-    ) {
-        let _ = match at {
+    ) -> bool {
+        match at {
             Placed::Shared(at) => SharedSlots {
                 table: &self.buckets,
                 store,
@@ -450,7 +453,8 @@ impl Limiter {
             .replace_at(key, at, f),
             Placed::Local(at) => self.fallback.replace_at(key, at, f),
             Placed::Lease => Ok(()),
-        };
+        }
+        .is_ok()
     }
 
     /// Gives a lease's unspent tokens back to its bucket (best effort: a lost give-back only
@@ -613,7 +617,8 @@ mod tests {
             Decision::Limited(OverLimit {
                 limit: 0,
                 status: 503,
-                retry_after_s: 10
+                retry_after_s: 10,
+                in_flight: None,
             })
         );
         // Other classes do not match this limit.
@@ -863,9 +868,12 @@ mod tests {
             name: "t".into(),
             class: None,
             route: None,
-            rate_per_s: 1e9 / rate.emission_ns as f64,
-            burst: rate.burst,
-            rate,
+            bucket: Some(crate::config::TokenBucket {
+                rate_per_s: 1e9 / rate.emission_ns as f64,
+                burst: rate.burst,
+                rate,
+            }),
+            max_in_flight: None,
             key: KeyKind::Global,
             address_prefix: None,
             mode: Mode::Enforce,
@@ -894,6 +902,7 @@ mod tests {
             KeyRules {
                 track: false,
                 leasable: false,
+                per_envoy: false,
             },
             &mut ev,
         );
@@ -1015,14 +1024,14 @@ mod tests {
         let at = at.expect("allowed");
         assert!(matches!(at, Placed::Shared(_)));
         assert!(!charge(&mut lim, &store, 5, T0, rate).0);
-        lim.refund(&store, (fp_key(5), 0), at, rate, 1);
+        lim.refund(&store, (fp_key(5), 0), at, Some(rate), 1, None, T0);
         assert!(charge(&mut lim, &store, 5, T0, rate).0);
 
         store.fault.set(Fault::Error);
         let (_, _, at) = charge_at(&mut lim, &store, 6, T0, rate);
         let at = at.expect("allowed");
         assert_eq!(at, Placed::Local(LocalPlace::Own));
-        lim.refund(&store, (fp_key(6), 0), at, rate, 1);
+        lim.refund(&store, (fp_key(6), 0), at, Some(rate), 1, None, T0);
         assert!(charge(&mut lim, &store, 6, T0, rate).0);
     }
 }

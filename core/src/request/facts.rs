@@ -19,7 +19,8 @@ pub struct Facts {
     /// The client address masked to its prefix: the `client_ip` bucket key and the prefix
     /// whose spoofed verdicts are counted.
     pub client_prefix: Option<IpAddr>,
-    /// The path (query ignored) is in `exempt_paths`.
+    /// The path is in `exempt_paths`, with no query string (nor fragment): a request for
+    /// `/robots.txt?x` is an ordinary request, so a query cannot make new exempt URLs.
     pub exempt: bool,
     /// `:path` without its query string ([`path_only`]): the `path` key.
     pub path: Vec<u8>,
@@ -43,18 +44,21 @@ pub fn path_only(path: &[u8]) -> &[u8] {
 
 impl Facts {
     /// Reads the facts of the current request (host calls: `:path`, the downstream
-    /// address, and `x-forwarded-for` when configured; only `:path` for an exempt path).
+    /// address, and `x-forwarded-for` when configured; only `:path` for an exempt path when
+    /// `exempt_limit` is off).
     pub fn read(cfg: &Config, host: &mut dyn Host) -> Facts {
         let mut path = host.request_header(":path").unwrap_or_default();
         let len = path_only(&path).len();
+        let whole = len == path.len();
         path.truncate(len);
         let route = cfg.route_of(&path);
-        if cfg.exempt_paths.iter().any(|e| e.as_bytes() == path) {
+        let exempt = whole && cfg.exempt_paths.iter().any(|e| e.as_bytes() == path);
+        if exempt && cfg.exempt_limit.is_none() {
             return Facts {
                 route,
                 client_ip: None,
                 client_prefix: None,
-                exempt: true,
+                exempt,
                 path,
                 bot: None,
                 claimed: None,
@@ -70,7 +74,7 @@ impl Facts {
             route,
             client_ip,
             client_prefix: client_ip.map(|ip| client_ip::masked(ip, &cfg.client_ip)),
-            exempt: false,
+            exempt,
             path,
             bot: None,
             claimed: None,

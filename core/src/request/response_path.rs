@@ -115,25 +115,31 @@ impl RequestState {
         }
     }
 
-    /// The stream ended (Envoy's access-log callback, after everything else): reservations
-    /// no response settled (the client or the origin went away first) settle at what they
-    /// reserved, which ends their flight ([`crate::limits::cost`]).
+    /// The stream ended (Envoy's access-log callback, after everything else, however the
+    /// stream ended: a complete response, a reset by either side, a timeout, a local reply):
+    /// the places in flight the request held are given back, and reservations no response
+    /// settled (the client or the origin went away first) settle at what they reserved,
+    /// which ends their flight ([`crate::limits::cost`]).
     pub fn on_stream_end(&mut self, w: RequestParts<'_>, host: &mut dyn Host) {
         if self.is_awaiting_verdict() {
             self.phase = Phase::Ended;
             return;
         }
-        let Phase::Forwarded { reservations, .. } = &mut self.phase else {
-            return;
+        let places = std::mem::take(&mut self.places);
+        let reservations = match &mut self.phase {
+            Phase::Forwarded { reservations, .. } => std::mem::take(reservations),
+            _ => Vec::new(),
         };
-        if reservations.is_empty() {
+        if places.is_empty() && reservations.is_empty() {
             return;
         }
-        let reservations = std::mem::take(reservations);
         let now = host.now_ns().unwrap_or(0);
         if let Ok(mut lim) = w.limiter.try_borrow_mut() {
             for r in &reservations {
                 lim.settle(w.cfg, host.shared_data(), r, None, now);
+            }
+            for p in places {
+                lim.release_place(host.shared_data(), p, now);
             }
         }
     }

@@ -11,8 +11,13 @@ use crate::config::RetryAfter;
 /// + 1)` (uniform 0..=jitter_s). Never 0.
 pub fn retry_after_s(wait_ns: u64, policy: &RetryAfter, random: u32) -> u32 {
     let clamped = clamp_s(wait_ns.div_ceil(crate::limits::bucket::NS_PER_S), policy);
-    let jitter = random % policy.jitter_s.saturating_add(1).max(1);
-    clamped.saturating_add(jitter)
+    clamped.saturating_add(jitter_s(policy, random))
+}
+
+/// The jitter added to a clamped Retry-After: `random % (jitter_s + 1)`, uniform
+/// `0..=jitter_s` seconds.
+pub fn jitter_s(policy: &RetryAfter, random: u32) -> u32 {
+    random % policy.jitter_s.saturating_add(1).max(1)
 }
 
 /// `secs` clamped to the class range `[max(min_s, 1), max(max_s, min_s, 1)]`: never 0.
@@ -50,26 +55,58 @@ pub struct Rejection {
     pub body: &'static str,
 }
 
+/// What a rejection's `RateLimit-Policy` states of the limit that refused it
+/// (draft-ietf-httpapi-ratelimit-headers-08 section 3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quota {
+    /// A token bucket: `burst` requests (`q`) per window of `window_s` seconds (`w`, the
+    /// time an empty bucket takes to refill).
+    Window {
+        /// `q`: the bucket's capacity.
+        burst: u32,
+        /// `w`: seconds to refill it.
+        window_s: u64,
+    },
+    /// Requests in flight at once: `q` with the quota unit `concurrent-requests` (`qu`), no
+    /// window.
+    InFlight {
+        /// `q`: the cap.
+        max: u16,
+    },
+}
+
+/// The quota a rejection by `limit` states: `in_flight` the cap of requests in flight that
+/// refused it, else its token bucket's burst and window (`None`: neither, which a
+/// rejection never is).
+pub fn quota(limit: &crate::config::Limit, in_flight: Option<u16>) -> Option<Quota> {
+    match (in_flight, limit.bucket) {
+        (Some(max), _) => Some(Quota::InFlight { max }),
+        (None, Some(b)) => Some(Quota::Window {
+            burst: b.burst,
+            window_s: b.window_s(),
+        }),
+        (None, None) => None,
+    }
+}
+
 /// Builds the rejection: `retry-after`, `cache-control: no-store`, `content-type: text/plain;
-/// charset=utf-8`, and, when `ratelimit` is given as `(limit name, burst, window_s)`, the
+/// charset=utf-8`, and, when `ratelimit` is given as `(limit name, quota)`, the
 /// `ratelimit-policy` / `ratelimit` fields of draft-ietf-httpapi-ratelimit-headers (structured
-/// field syntax: `"name";q=<burst>;w=<window_s>` and `"name";r=0;t=<retry_after_s>`).
+/// field syntax: `"name";q=<burst>;w=<window_s>`, or for requests in flight
+/// `"name";q=<max>;qu="concurrent-requests"`, and `"name";r=0;t=<retry_after_s>`).
 /// No redirect, no robots directives, nothing a cache may store.
-pub fn rejection(
-    status: u16,
-    retry_after_s: u32,
-    ratelimit: Option<(&str, u32, u64)>,
-) -> Rejection {
+pub fn rejection(status: u16, retry_after_s: u32, ratelimit: Option<(&str, Quota)>) -> Rejection {
     let mut headers = vec![
         ("retry-after", retry_after_s.to_string()),
         ("cache-control", "no-store".to_string()),
         ("content-type", "text/plain; charset=utf-8".to_string()),
     ];
-    if let Some((name, burst, window_s)) = ratelimit {
-        headers.push((
-            "ratelimit-policy",
-            format!("\"{name}\";q={burst};w={window_s}"),
-        ));
+    if let Some((name, quota)) = ratelimit {
+        let policy = match quota {
+            Quota::Window { burst, window_s } => format!("\"{name}\";q={burst};w={window_s}"),
+            Quota::InFlight { max } => format!("\"{name}\";q={max};qu=\"concurrent-requests\""),
+        };
+        headers.push(("ratelimit-policy", policy));
         headers.push(("ratelimit", format!("\"{name}\";r=0;t={retry_after_s}")));
     }
     Rejection {
@@ -229,7 +266,11 @@ mod tests {
 
     #[test]
     fn ratelimit_headers_use_structured_field_syntax() {
-        let r = rejection(503, 4, Some(("human_per_ip", 100, 5)));
+        let window = Quota::Window {
+            burst: 100,
+            window_s: 5,
+        };
+        let r = rejection(503, 4, Some(("human_per_ip", window)));
         assert_eq!(r.body, body(503));
         assert_eq!(
             r.headers.get(3..),
@@ -237,6 +278,20 @@ mod tests {
                 &[
                     ("ratelimit-policy", "\"human_per_ip\";q=100;w=5".to_string()),
                     ("ratelimit", "\"human_per_ip\";r=0;t=4".to_string()),
+                ][..]
+            )
+        );
+        // Requests in flight: the draft's `concurrent-requests` quota unit, no window.
+        let r = rejection(429, 2, Some(("script_per_ip", Quota::InFlight { max: 8 })));
+        assert_eq!(
+            r.headers.get(3..),
+            Some(
+                &[
+                    (
+                        "ratelimit-policy",
+                        "\"script_per_ip\";q=8;qu=\"concurrent-requests\"".to_string()
+                    ),
+                    ("ratelimit", "\"script_per_ip\";r=0;t=2".to_string()),
                 ][..]
             )
         );

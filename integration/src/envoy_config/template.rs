@@ -115,10 +115,13 @@ pub(crate) fn render(ports: Ports, wasm: &Path, opts: &EnvoyOpts) -> String {
         );
     }
     if let Some(up) = opts.upstream {
+        let timeout = opts
+            .route_timeout_s
+            .map_or(String::new(), |t| format!(", timeout: {t}s"));
         y = replace_required(
             &y,
             "route: { cluster: demo_upstream }",
-            "route: { cluster: test_upstream }",
+            &format!("route: {{ cluster: test_upstream{timeout} }}"),
         );
         y = replace_required(
             &y,

@@ -49,19 +49,12 @@ impl Limiter {
         let view = f.view;
         let mut events = StoreEvents::default();
         for (u, s) in batch.iter().zip(states) {
-            let Some(limit) = cfg.limits.get(u.limit) else {
+            let Some(b) = cfg.limits.get(u.limit).and_then(|l| l.bucket) else {
                 continue;
             };
             let unsent = self.fleet.as_ref().map_or(0, |f| f.ledger.used(u.key.fp));
-            let local = view.local_rate(limit.rate);
-            let tat = fleet::folded_tat(
-                now_ns,
-                limit.rate,
-                local,
-                s.full_in_ns,
-                view.replicas,
-                unsent,
-            );
+            let local = view.local_rate(b.rate);
+            let tat = fleet::folded_tat(now_ns, b.rate, local, s.full_in_ns, view.replicas, unsent);
             // Only ever stricter: the fleet's view is an interval old (the other replicas'
             // newer use is missing from it), the local bucket already counts this Envoy's.
             let _ = self.update(store, u.key, now_ns, &mut events, &mut |old| {

@@ -4,28 +4,33 @@ use crate::identity::class::Class;
 use crate::limits::bucket::{self, BucketState};
 use crate::limits::cost::CostState;
 use crate::limits::escalation::Compliance;
+use crate::limits::in_flight::InFlight;
 use crate::store::slot_table::{read_u64, write_u64, SlotValue};
 
-/// What one limit key keeps: its bucket, and what it was told (Retry-After compliance and
-/// escalation, [`crate::limits::escalation`]).
+/// What one limit key keeps: its bucket, what it was told (Retry-After compliance and
+/// escalation, [`crate::limits::escalation`]), its places in flight
+/// ([`crate::limits::in_flight`]) and a cost-based key's learned cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct KeyState {
     /// The token bucket.
     pub bucket: BucketState,
     /// Retry-After compliance and escalation.
     pub compliance: Compliance,
-    /// A cost-based limit's reservations in flight and learned cost.
+    /// Requests in flight: of the key under a concurrency limit (`limits[].max_in_flight`),
+    /// or of a client under a cost-based limit (`limits[].cost.max_in_flight`).
+    pub places: InFlight,
+    /// A cost-based key's learned cost.
     pub cost: CostState,
 }
 
 /// A key's state in a slot: `tat_ns`, `last_ns`, `told_until_ns`, `penalty_until_ns`,
 /// `forget_at_ns` (8 each), `ignored` (2), `level` (1), the told class (1: 0 for none, else
-/// its [`Class::index`] + 1), the cost state's `in_flight` (1), `in_flight_prev` (1),
-/// `epoch_s` (4) and `last_cost` (4), little-endian, after the table's version and owner (63
-/// bytes in all).
+/// its [`Class::index`] + 1), the places in flight's `current` (2), `previous` (2) and
+/// `epoch_s` (4), and the cost state's `last_cost` (4), little-endian, after the table's
+/// version and owner (65 bytes in all).
 impl SlotValue for KeyState {
-    const LEN: usize = 54;
-    const VERSION: u8 = 5;
+    const LEN: usize = 56;
+    const VERSION: u8 = 6;
 
     fn encode(&self, out: &mut [u8]) {
         let c = &self.compliance;
@@ -44,16 +49,16 @@ impl SlotValue for KeyState {
             // At most Class::ALL.len() (8): fits.
             *d = c.class.map_or(0, |k| k.index() as u8 + 1);
         }
-        if let Some(d) = out.get_mut(44) {
-            *d = self.cost.in_flight;
+        if let Some(d) = out.get_mut(44..46) {
+            d.copy_from_slice(&self.places.current.to_le_bytes());
         }
-        if let Some(d) = out.get_mut(45) {
-            *d = self.cost.in_flight_prev;
+        if let Some(d) = out.get_mut(46..48) {
+            d.copy_from_slice(&self.places.previous.to_le_bytes());
         }
-        if let Some(d) = out.get_mut(46..50) {
-            d.copy_from_slice(&self.cost.epoch_s.to_le_bytes());
+        if let Some(d) = out.get_mut(48..52) {
+            d.copy_from_slice(&self.places.epoch_s.to_le_bytes());
         }
-        if let Some(d) = out.get_mut(50..54) {
+        if let Some(d) = out.get_mut(52..56) {
             d.copy_from_slice(&self.cost.last_cost.to_le_bytes());
         }
     }
@@ -75,11 +80,13 @@ impl SlotValue for KeyState {
                     n => Some(*Class::ALL.get(usize::from(n) - 1)?),
                 },
             },
+            places: InFlight {
+                current: u16::from_le_bytes(b.get(44..46)?.try_into().ok()?),
+                previous: u16::from_le_bytes(b.get(46..48)?.try_into().ok()?),
+                epoch_s: u32::from_le_bytes(b.get(48..52)?.try_into().ok()?),
+            },
             cost: CostState {
-                in_flight: *b.get(44)?,
-                in_flight_prev: *b.get(45)?,
-                epoch_s: u32::from_le_bytes(b.get(46..50)?.try_into().ok()?),
-                last_cost: u32::from_le_bytes(b.get(50..54)?.try_into().ok()?),
+                last_cost: u32::from_le_bytes(b.get(52..56)?.try_into().ok()?),
             },
         })
     }
@@ -90,7 +97,7 @@ impl SlotValue for KeyState {
         u8::from(
             !(bucket::is_full(self.bucket, now_ns)
                 && self.compliance.is_idle(now_ns)
-                && self.cost.is_idle(now_ns)),
+                && self.places.is_idle(now_ns)),
         )
     }
 
@@ -98,16 +105,17 @@ impl SlotValue for KeyState {
         self.bucket
             .tat_ns
             .max(self.compliance.idle_at_ns())
-            .max(self.cost.idle_at_ns())
+            .max(self.places.idle_at_ns())
     }
 
     /// A shared value keeps no Retry-After compliance (a penalty belongs to one client,
-    /// [`crate::limits::escalation`]) and no flights ([`CostState::shared`]).
+    /// [`crate::limits::escalation`]) and no places in flight ([`InFlight::shared`]).
     fn shared(&self) -> Self {
         KeyState {
             bucket: self.bucket,
             compliance: Compliance::default(),
-            cost: self.cost.shared(),
+            places: self.places.shared(),
+            cost: self.cost,
         }
     }
 }

@@ -1,8 +1,8 @@
 //! A cost-based limit's reservations: a client address's places in flight, and settling a
 //! reservation when its response (or its stream's end) reports the cost ([`crate::limits::cost`]).
 
-use super::{Charged, KeyState};
-use super::{Limiter, Placed, StoreEvents};
+use super::{Charged, KeyState, Place, Taken};
+use super::{Limiter, StoreEvents};
 use crate::config::Config;
 use crate::limits::bucket;
 use crate::limits::escalation::Visit;
@@ -17,23 +17,16 @@ pub struct Reservation {
     /// Tokens reserved.
     pub reserved: u32,
     pub(crate) key: StateKey,
-    pub(crate) at: Placed,
+    pub(crate) at: super::Placed,
     /// The client's place in flight: on the limit's first reservation, `None` on the others.
-    pub(crate) flight: Option<ClientFlight>,
-}
-
-/// A client's place in flight under a cost-based limit ([`Limiter::take_flight`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ClientFlight {
-    key: StateKey,
-    at: Placed,
-    epoch_s: u32,
+    pub(crate) flight: Option<Place>,
 }
 
 impl Limiter {
     /// Takes one of a client's `max_in_flight` places under a cost-based limit (`key`: the
-    /// client's [`crate::limits::decision::KeyPart::FlightsOf`] key): `None` when all are
-    /// taken. In a shared group or overflow bucket, which keeps no places, it always has room.
+    /// client's [`crate::limits::bucket_key::KeyPart::FlightsOf`] key), held by this worker
+    /// until [`Limiter::release_place`]: `Err(())` when all are taken; `Ok(None)` in a shared
+    /// group or overflow value, which keeps no places (it always has room).
     pub(crate) fn take_flight(
         &mut self,
         store: &dyn SharedData,
@@ -41,47 +34,32 @@ impl Limiter {
         now_ns: u64,
         max_in_flight: u8,
         events: &mut StoreEvents,
-    ) -> Option<ClientFlight> {
+    ) -> Result<Option<Place>, ()> {
         // The result type of a charge, so that both share the store code.
-        let ((taken, _), at) = self.update(store, key, now_ns, events, &mut |s| {
+        let Some(((taken, _), at)) = self.update(store, key, now_ns, events, &mut |s| {
             let mut st = s.unwrap_or_default();
-            if !st.cost.has_room(now_ns, max_in_flight) {
+            if !st.places.has_room(now_ns, u16::from(max_in_flight)) {
                 let full = Charged::Limited {
                     retry_after_s: 0,
                     escalated: false,
+                    in_flight: true,
                 };
                 return ((full, Visit::Unremarkable), None);
             }
-            let flight_epoch_s = st.cost.take(now_ns);
-            let taken = Charged::Allowed {
-                tokens: 0,
-                flight_epoch_s,
-            };
+            let place = Some(Taken::of(&mut st.places, now_ns));
+            let taken = Charged::Allowed { tokens: 0, place };
             ((taken, Visit::Unremarkable), Some(st))
-        })?;
+        }) else {
+            // Unreachable (the fallback never fails): no place to hold, room as in a group.
+            return Ok(None);
+        };
         match taken {
-            Charged::Allowed { flight_epoch_s, .. } => Some(ClientFlight {
-                key,
-                at,
-                epoch_s: flight_epoch_s,
-            }),
-            Charged::Limited { .. } => None,
+            Charged::Allowed {
+                place: Some(taken), ..
+            } => Ok(self.hold_place(key, at, taken, u16::from(max_in_flight))),
+            Charged::Allowed { place: None, .. } => Ok(None),
+            Charged::Limited { .. } => Err(()),
         }
-    }
-
-    /// Gives a place taken by [`Limiter::take_flight`] back (best effort: a lost one is
-    /// forgotten with its epoch).
-    pub(crate) fn end_client_flight(
-        &mut self,
-        store: &dyn SharedData,
-        f: ClientFlight,
-        now_ns: u64,
-    ) {
-        self.change_at(store, f.key, f.at, &mut |s| {
-            let mut cost = s.cost;
-            cost.settle(now_ns, f.epoch_s, None);
-            KeyState { cost, ..s }
-        });
     }
 
     /// Settles a cost reservation at the `actual` cost the origin reported (`None`: missing
@@ -96,7 +74,7 @@ impl Limiter {
         actual: Option<u32>,
         now_ns: u64,
     ) {
-        let Some(limit) = cfg.limits.get(r.limit) else {
+        let Some(b) = cfg.limits.get(r.limit).and_then(|l| l.bucket) else {
             return;
         };
         let charge = actual.unwrap_or(r.reserved);
@@ -108,7 +86,7 @@ impl Limiter {
                 f.ledger.unrecord(r.key.fp, u64::from(r.reserved - charge));
             }
         }
-        let rate = self.local_rate(limit.rate);
+        let rate = self.local_rate(b.rate);
         self.end_flight(store, r, rate, charge, actual, now_ns);
     }
 
@@ -137,7 +115,7 @@ impl Limiter {
             KeyState { bucket, cost, ..s }
         });
         if let Some(f) = r.flight {
-            self.end_client_flight(store, f, now_ns);
+            self.release_place(store, f, now_ns);
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,6 +17,51 @@ use crate::spec::{parse_query, Spec};
 
 /// Path of the defaults control.
 pub(crate) const DEFAULTS_PATH: &str = "/__upstream/defaults";
+/// Path of the concurrency counter.
+pub(crate) const CONCURRENCY_PATH: &str = "/__upstream/concurrency";
+
+/// Requests being answered at once (see the module docs): every request but the control
+/// paths counts from its arrival until its response headers are handed over (after its
+/// `delay_ms`), or until it is abandoned (its future dropped).
+#[derive(Debug, Default)]
+pub(crate) struct Concurrency {
+    in_flight: AtomicU64,
+    peak: AtomicU64,
+    served: AtomicU64,
+}
+
+impl Concurrency {
+    fn enter(self: &Arc<Self>) -> InFlightGuard {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        self.served.fetch_add(1, Ordering::SeqCst);
+        InFlightGuard(self.clone())
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "in_flight": self.in_flight.load(Ordering::SeqCst),
+            "peak": self.peak.load(Ordering::SeqCst),
+            "served": self.served.load(Ordering::SeqCst),
+        })
+    }
+
+    /// Starts a new measurement: the peak is what is in flight now, nothing served.
+    fn reset(&self) {
+        self.peak
+            .store(self.in_flight.load(Ordering::SeqCst), Ordering::SeqCst);
+        self.served.store(0, Ordering::SeqCst);
+    }
+}
+
+/// One request counted in [`Concurrency`] until dropped.
+pub(crate) struct InFlightGuard(Arc<Concurrency>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// How the upstream answers requests that do not say otherwise (see the module docs).
 #[derive(Debug, Default)]
@@ -36,8 +81,15 @@ pub(crate) const DEFAULT_CHUNK: usize = 65_536;
 pub(crate) async fn handle(
     log: Log,
     defaults: Shared,
+    concurrency: Arc<Concurrency>,
     req: Request<hyper::body::Incoming>,
 ) -> Result<Response<TestBody>, Infallible> {
+    if req.uri().path() == CONCURRENCY_PATH {
+        if req.uri().query().is_some_and(|q| q.contains("reset=1")) {
+            concurrency.reset();
+        }
+        return Ok(plain(StatusCode::OK, concurrency.json().to_string()));
+    }
     if req.uri().path() == DEFAULTS_PATH {
         let mut d = defaults.lock().unwrap();
         *d = Defaults::default();
@@ -69,6 +121,9 @@ pub(crate) async fn handle(
         );
         return Ok(r);
     }
+    // Counted until the response headers are handed over: before Envoy can see them, so
+    // never after Envoy has ended the stream.
+    let _counted = concurrency.enter();
     let version = format!("{:?}", req.version());
     let sent = Arc::new(AtomicU64::new(0));
     {

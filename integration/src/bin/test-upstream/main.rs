@@ -43,6 +43,15 @@
 //! (`/__upstream/defaults` alone resets them). It answers the defaults now in force as JSON.
 //! Tests use it to make the origin slow or failing while their traffic stays the same.
 //!
+//! ## Concurrency
+//! `GET /__upstream/concurrency` answers `{"in_flight", "peak", "served"}`: the requests
+//! being answered now, the most at once since the start (or the last reset), and the
+//! requests counted since then. A request counts from its arrival until its response
+//! headers are handed to the connection (after `delay_ms`), or until it is abandoned;
+//! the control paths never count. `?reset=1` starts a new measurement (the peak becomes
+//! what is in flight now). Tests use it to check that no more than a concurrency limit's
+//! requests reach the origin at once.
+//!
 //! ## Request log
 //! `GET /__upstream/requests` returns, as a JSON array in arrival order, every other request
 //! received (at most the last 10,000): `{"method", "path", "version", "headers": {name:
@@ -68,7 +77,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
-use handler::{handle, Shared};
+use handler::{handle, Concurrency, Shared};
 use request_log::Log;
 
 fn parse_args() -> Result<SocketAddr, String> {
@@ -113,6 +122,7 @@ async fn main() {
 
     let log: Log = Arc::new(Mutex::new(VecDeque::new()));
     let defaults: Shared = Arc::default();
+    let concurrency: Arc<Concurrency> = Arc::default();
     loop {
         let (stream, _peer) = match listener.accept().await {
             Ok(s) => s,
@@ -126,8 +136,11 @@ async fn main() {
         let _ = stream.set_nodelay(true);
         let log = log.clone();
         let defaults = defaults.clone();
+        let concurrency = concurrency.clone();
         tokio::spawn(async move {
-            let svc = service_fn(move |req| handle(log.clone(), defaults.clone(), req));
+            let svc = service_fn(move |req| {
+                handle(log.clone(), defaults.clone(), concurrency.clone(), req)
+            });
             // Connection errors (peer resets mid-body) are expected in these tests.
             let _ = auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), svc)
