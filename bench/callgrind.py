@@ -17,6 +17,7 @@ instructions (Ir) / N is the figure. The upstream Envoy runs normally.
 """
 
 import argparse
+import contextlib
 import glob
 import http.client
 import json
@@ -126,7 +127,12 @@ def main():
         name, _, path = m.partition("=")
         client = bench.CHROME_WITH_SIGNALS if args.module_client == "signals" else bench.UA_CHROME
         configs[name] = (bench.wasm_filter(os.path.abspath(path), allow_cfg), "", client)
-    with tempfile.TemporaryDirectory(prefix="cg-callgrind-", dir=os.environ.get("CG_TMP")) as tmp:
+    # CG_KEEP=1 keeps the callgrind files (callgrind_annotate them) in a new folder of CG_TMP.
+    tmp_dir = (contextlib.nullcontext(tempfile.mkdtemp(prefix="cg-callgrind-",
+                                                       dir=os.environ.get("CG_TMP")))
+               if os.environ.get("CG_KEEP") else
+               tempfile.TemporaryDirectory(prefix="cg-callgrind-", dir=os.environ.get("CG_TMP")))
+    with tmp_dir as tmp:
         origin_port, verifier_port = bench.free_port(), bench.free_port()
         upstream = bench.Envoy(bench.upstream_yaml(origin_port, verifier_port), 1, tmp, "up")
         try:
