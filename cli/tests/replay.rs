@@ -261,10 +261,10 @@ fn a_limit_in_shadow_mode_beside_enforced_ones() {
          would have rejected\n"
     ));
     assert!(text.contains(
-        "per_ip  *      *      client_ip       1     20          -      9031       787  enforce               0\n"
+        "per_ip        *      *      client_ip       1     20          -      9031       787  enforce               0\n"
     ));
     assert!(text.contains(
-        "trial   *      *      client_ip     0.5     10          -      8252         0  shadow              779\n"
+        "trial         *      *      client_ip     0.5     10          -      8252         0  shadow              779\n"
     ));
 }
 
@@ -373,34 +373,16 @@ fn binary_output_json_and_errors() {
     );
     let j: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(j["schema"], "crawlguard.replay/v1");
-    for key in [
-        "mode",
-        "speed",
-        "requests",
-        "first",
-        "last",
-        "replayed_seconds",
-        "verification",
-        "verdicts",
-        "classes",
-        "routes",
-        "limits",
-        "exempt",
-        "status_vs_prediction",
-        "normalised_upstream",
-        "top_limited_clients",
-        "top_limited_error_bound",
-        "no_client_address",
-        "header_keyed_limits",
-        "cost_limits",
-        "shedding_not_replayed",
-        "fleet_as_one_envoy",
-        "unresolved",
-        "warnings",
-        "inputs",
-    ] {
-        assert!(j.get(key).is_some(), "missing {key}");
-    }
+    // The README's schema paragraph names every top-level key, and only those.
+    let mut keys: Vec<&str> = j
+        .as_object()
+        .expect("object")
+        .keys()
+        .map(String::as_str)
+        .filter(|k| *k != "schema")
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, readme_schema_keys("crawlguard.replay/v1"));
     assert_eq!(
         j["inputs"][0]["unparsable_examples"],
         serde_json::json!([8899])
@@ -523,4 +505,33 @@ fn requests_in_flight_are_replayed_from_each_lines_duration() {
     let j = replay_lines(cfg, &log);
     assert_eq!(limit(&j, "two_at_once"), (6, 0));
     assert_eq!(j["forwarded_without_duration"], 6);
+}
+
+/// The top-level keys the README lists for the `--json` output of `schema`: the backquoted
+/// names of its paragraph outside parentheses, sorted.
+fn readme_schema_keys(schema: &str) -> Vec<String> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    let head = format!("`--json` (schema `{schema}`):");
+    let at = readme.find(&head).expect("the README documents the schema") + head.len();
+    let para = readme[at..].split("\n\n").next().unwrap_or_default();
+    let (mut depth, mut inside, mut name, mut keys) = (0u32, false, String::new(), Vec::new());
+    for ch in para.chars() {
+        match ch {
+            '(' if !inside => depth += 1,
+            ')' if !inside => depth = depth.saturating_sub(1),
+            '`' if inside => {
+                inside = false;
+                if depth == 0 {
+                    keys.push(name.trim_end_matches("[]").to_string());
+                }
+                name.clear();
+            }
+            '`' => inside = true,
+            c if inside => name.push(c),
+            _ => {}
+        }
+    }
+    keys.sort_unstable();
+    keys
 }

@@ -96,9 +96,7 @@ impl Replay {
                     shadow_limited: c.shadow_limited,
                 })
                 .collect(),
-            limits: cfg
-                .limits
-                .iter()
+            limits: super::replayed_limits(cfg)
                 .zip(&self.limits)
                 .map(|(l, c)| LimitRow {
                     limit: l.name.clone(),
@@ -118,6 +116,7 @@ impl Replay {
                 })
                 .collect(),
             exempt: self.exempt,
+            exempt_rejected: self.exempt_rejected,
             status_vs_prediction: StatusBucket::ALL
                 .iter()
                 .zip(&self.matrix)
@@ -141,7 +140,7 @@ impl Replay {
                 .map(|(c, n, class)| LimitedClientRow {
                     client: c.to_string(),
                     rejected: n,
-                    class: class.map_or("", Class::as_str),
+                    class: class.map_or("-", Class::as_str),
                 })
                 .collect(),
             top_limited_error_bound: self.limited_clients.error(),
@@ -226,8 +225,10 @@ pub struct ReplayJson {
     pub routes: Vec<RouteRow>,
     /// Per limit.
     pub limits: Vec<LimitRow>,
-    /// Exempt paths.
+    /// Requests for exempt paths.
     pub exempt: u64,
+    /// Of those, rejected by the exempt paths' own limit (`exempt_limit`).
+    pub exempt_rejected: u64,
     /// Actual status x predicted decision.
     pub status_vs_prediction: Vec<MatrixRow>,
     /// Upstream 429/503 the response path would have normalised.

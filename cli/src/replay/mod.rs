@@ -42,7 +42,7 @@ use crate::offline::{self, Offline, OfflineVerdict};
 use crate::report::Client;
 use crate::stats::Heavy;
 use crate::status::StatusBucket;
-use crawlguard_core::config::Config;
+use crawlguard_core::config::{Config, Limit};
 use crawlguard_core::identity::classify::Class;
 use crawlguard_core::request::{path_only, RequestState};
 use serde::Serialize;
@@ -145,8 +145,10 @@ pub struct Replay {
     /// Per limit: forwarded requests it applied to and did not object to, rejections it
     /// caused, and requests it would have rejected in shadow mode.
     pub limits: Vec<DecisionCounts>,
-    /// Exempt paths (never limited, no class).
+    /// Requests for exempt paths (no class, never limited by a class limit).
     pub exempt: u64,
+    /// Of those, rejected by the exempt paths' own limit (`exempt_limit`).
+    pub exempt_rejected: u64,
     /// Actual status (rows, by [`StatusBucket`]) x predicted decision (columns, by
     /// [`Prediction`]).
     pub matrix: [[u64; Prediction::COUNT]; StatusBucket::COUNT],
@@ -186,9 +188,8 @@ impl Replay {
         cfg.shedding.enabled = false;
         let fleet = cfg.fleet.enabled;
         cfg.fleet.enabled = false;
-        let limit_index = cfg
-            .limits
-            .iter()
+        // The exempt paths' own limit is the last row of the per-limit table.
+        let limit_index = replayed_limits(&cfg)
             .enumerate()
             .map(|(i, l)| (l.name.clone(), i))
             .collect();
@@ -197,7 +198,7 @@ impl Replay {
             .iter()
             .any(|l| l.max_in_flight.is_some() || l.cost.is_some());
         let routes = vec![DecisionCounts::default(); cfg.routes.len() + 1];
-        let limits = vec![DecisionCounts::default(); cfg.limits.len()];
+        let limits = vec![DecisionCounts::default(); replayed_limits(&cfg).count()];
         let proxy = ReplayProxy::new(cfg);
         Replay {
             proxy,
@@ -218,6 +219,7 @@ impl Replay {
             routes,
             limits,
             exempt: 0,
+            exempt_rejected: 0,
             matrix: [[0; Prediction::COUNT]; StatusBucket::COUNT],
             limited_clients: Heavy::new(crate::report::TALKER_CAPACITY),
             verdicts: BTreeMap::new(),
@@ -353,12 +355,17 @@ impl Replay {
             .and_then(|n| self.limit_index.get(n).copied());
         match (out.reply, out.class) {
             (Some(status), class) => {
-                let class = class.unwrap_or(Class::Human);
-                if let Some(c) = self.classes.get_mut(class.index()) {
-                    c.rejected += 1;
-                }
-                if let Some(c) = self.routes.get_mut(route) {
-                    c.rejected += 1;
+                if let Some(class) = class {
+                    if let Some(c) = self.classes.get_mut(class.index()) {
+                        c.rejected += 1;
+                    }
+                    if let Some(c) = self.routes.get_mut(route) {
+                        c.rejected += 1;
+                    }
+                } else {
+                    // An exempt path over `exempt_limit`: no class, as in Envoy's log.
+                    self.exempt += 1;
+                    self.exempt_rejected += 1;
                 }
                 if let Some(c) = limit.and_then(|i| self.limits.get_mut(i)) {
                     c.rejected += 1;
@@ -370,7 +377,7 @@ impl Replay {
                 };
                 self.bump(row, col);
                 self.limited_clients
-                    .add(&Client::from_log(r.client), |c| *c = Some(class));
+                    .add(&Client::from_log(r.client), |c| *c = class);
             }
             (None, Some(class)) => {
                 let shadow = out.shadow_limit;
@@ -412,6 +419,15 @@ impl Replay {
             }
             (None, None) => {
                 self.exempt += 1;
+                // Forwarded under the exempt paths' own limit, when one is configured.
+                let exempt_limit = self.proxy.worker.cfg.limits.len();
+                if let Some(c) = self
+                    .limits
+                    .get_mut(exempt_limit)
+                    .filter(|_| self.proxy.worker.cfg.exempt_limit.is_some())
+                {
+                    c.admitted += 1;
+                }
                 self.bump(row, Prediction::Exempt);
             }
         }
@@ -426,4 +442,12 @@ impl Replay {
             *c += 1;
         }
     }
+}
+
+/// The limits a replay tallies, in the per-limit table's order: `limits`, then the exempt
+/// paths' own limit (`exempt_limit`) when it is enabled.
+pub(crate) fn replayed_limits(cfg: &Config) -> impl Iterator<Item = &Limit> {
+    cfg.limits
+        .iter()
+        .chain(cfg.exempt_limit.iter().map(|e| &e.limit))
 }

@@ -75,9 +75,9 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
         let mut row = vec![
             "(exempt paths)".into(),
             j.exempt.to_string(),
-            j.exempt.to_string(),
-            "0".into(),
-            pct(0.0),
+            (j.exempt - j.exempt_rejected).to_string(),
+            j.exempt_rejected.to_string(),
+            pct(j.exempt_rejected as f64 / j.exempt as f64),
         ];
         if any_shadow {
             row.push("0".into());
