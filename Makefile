@@ -12,7 +12,7 @@ WASM_PROFILE := --config 'profile.release.opt-level="z"'
 # The real-Envoy tests each start an Envoy; two at a time suits a 2-core machine.
 TEST_THREADS ?= 2
 
-.PHONY: all setup setup-rust build build-cli install-cli build-sidecar run test test-host test-integration test-compose lint clean distclean bench fuzz soak
+.PHONY: all setup setup-rust build build-cli install-cli build-sidecar run run-tls test test-host test-integration test-compose lint clean distclean bench fuzz soak
 
 all: build
 
@@ -47,6 +47,11 @@ build-sidecar: setup-rust
 ## (admin :9901) with envoy/envoy.yaml
 run: setup build build-sidecar
 	@scripts/run.sh
+
+## run-tls: instead of run, crawlguard at a TLS edge with every browser signal
+## (envoy/envoy-tls.yaml, a self-signed certificate and a demo ASN database, offline)
+run-tls: setup build build-sidecar
+	@scripts/run-tls.sh
 
 ## test: four stages, each run even after an earlier one failed (scripts/test-stages.sh):
 ## host tests of the workspace (unit, property, real-data), the real-Envoy tests in

@@ -47,7 +47,8 @@ Try, from another terminal:
   for i in \$(seq 30); do curl -s -o /dev/null -w '%{http_code} ' -A '$GOOGLEBOT' http://127.0.0.1:10000/; done; echo
   curl -si -A '$GOOGLEBOT' http://127.0.0.1:10000/
 
-  # robots.txt is never limited
+  # robots.txt is exempt from every class limit and from shedding; only its own generous
+  # per-client exempt_limit applies (60 at once, then 1/s)
   curl -si http://127.0.0.1:10000/robots.txt
 
   # what crawlguard counted

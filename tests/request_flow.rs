@@ -448,6 +448,36 @@ fn exempt_paths_are_decided_before_classification_and_verification() {
 }
 
 #[test]
+fn only_reads_of_exempt_paths_are_exempt() {
+    let mut p = proxy("");
+    for method in ["GET", "HEAD"] {
+        let (ctx, step) = p.request(
+            &[
+                (":method", method),
+                (":path", "/robots.txt"),
+                ("user-agent", "curl/8.0"),
+            ],
+            G,
+        );
+        assert_eq!(step, Step::Continue);
+        assert_eq!(p.class_of(ctx), None, "{method}");
+    }
+    for method in ["POST", "PUT", "DELETE", "PURGE"] {
+        let (ctx, step) = p.request(
+            &[
+                (":method", method),
+                (":path", "/robots.txt"),
+                ("user-agent", "curl/8.0"),
+            ],
+            G,
+        );
+        assert_eq!(step, Step::Continue);
+        assert_eq!(p.class_of(ctx).as_deref(), Some("script"), "{method}");
+    }
+    assert_eq!(p.counter("crawlguard.exempt"), 2);
+}
+
+#[test]
 fn upstream_429_is_normalised_and_our_own_reply_is_not_rewritten() {
     let mut p = proxy("");
     let (ctx, _) = p.get("/", CHROME, G);

@@ -535,3 +535,54 @@ fn readme_schema_keys(schema: &str) -> Vec<String> {
     keys.sort_unstable();
     keys
 }
+
+#[test]
+fn a_logged_signal_the_configuration_does_not_read_is_said() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let log = dir.path().join("edge.log");
+    let line = |ip: &str, ja4: &str, asn: &str| {
+        format!(
+            "[2026-12-03T21:20:24.617Z] {ip} \"GET /\" 200 via_upstream class=suspect_browser \
+             retry_after=- duration_ms=2 upstream_ms=0 limit=- tls=TLSv1.3 proto=HTTP/1.1 \
+             ja4={ja4} asn={asn} sfs=none chua=\" ua=\"Mozilla/5.0 (Windows NT 10.0; Win64; \
+             x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36\"\n"
+        )
+    };
+    let lines = [
+        line("127.0.8.1", "t13i181000_85036bcba153_d41ae481755e", "16509"),
+        line("127.0.8.2", "-", "16509"),
+        line("127.0.8.3", "t13i181000_85036bcba153_d41ae481755e", "-"),
+        line("127.0.8.4", "-", "-"),
+    ];
+    std::fs::write(&log, lines.concat()).expect("write");
+    let run = |cfg: &str| -> Value {
+        let p = dir.path().join("cfg.json");
+        std::fs::write(&p, cfg).expect("write");
+        let out = Command::new(BIN)
+            .args(["replay", "--json", "--config"])
+            .arg(&p)
+            .arg(&log)
+            .output()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    // Neither header read: three lines carry one of them.
+    assert_eq!(run("{}")["browser_signals_not_configured"], 3);
+    // Only the ASN read: the two lines with a JA4 are left.
+    let asn_only = r#"{"client_signals":{"asn_header":"x-crawlguard-asn"}}"#;
+    assert_eq!(run(asn_only)["browser_signals_not_configured"], 2);
+    let both =
+        r#"{"client_signals":{"asn_header":"x-crawlguard-asn","ja4_header":"x-crawlguard-ja4"}}"#;
+    let j = run(both);
+    assert_eq!(j["browser_signals_not_configured"], 0);
+    // Read, Python's handshake or the cloud network makes three suspect_browser; the line
+    // with neither sent Sec-Fetch-Site and Sec-CH-UA: human.
+    assert_eq!(class(&j, "suspect_browser"), (3, 0));
+    assert_eq!(class(&j, "human"), (1, 0));
+    assert_eq!(class(&run("{}"), "human"), (4, 0));
+}

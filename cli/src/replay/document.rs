@@ -152,6 +152,7 @@ impl Replay {
             } else {
                 self.no_signals
             },
+            browser_signals_not_configured: self.signals_not_configured,
             header_keyed_limits: cfg
                 .limits
                 .iter()
@@ -243,6 +244,9 @@ pub struct ReplayJson {
     /// browser checks that need TLS, the handshake or the network pass for them (0 when
     /// every check is off).
     pub no_browser_signals: u64,
+    /// Requests whose log carries a JA4 or an ASN that this configuration does not read
+    /// (`client_signals.ja4_header` / `asn_header` unset): their checks were not run.
+    pub browser_signals_not_configured: u64,
     /// Limits keyed by a request header (access logs carry none: every request is keyed
     /// as "header missing").
     pub header_keyed_limits: Vec<String>,

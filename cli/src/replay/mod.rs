@@ -162,6 +162,9 @@ pub struct Replay {
     pub no_client: u64,
     /// Records that do not say whether they came over TLS (no browser-check inputs).
     pub no_signals: u64,
+    /// Requests whose log carries a JA4 or an ASN the configuration does not read
+    /// (`client_signals.ja4_header` / `asn_header` unset).
+    pub signals_not_configured: u64,
     /// Requests still waiting for a verdict after every callout was answered (should be 0).
     pub unresolved: u64,
     /// Records replayed.
@@ -226,6 +229,7 @@ impl Replay {
             normalised: 0,
             no_client: 0,
             no_signals: 0,
+            signals_not_configured: 0,
             unresolved: 0,
             requests: 0,
             in_flight,
@@ -324,6 +328,12 @@ impl Replay {
             None => self.no_client += 1,
         }
         self.no_signals += u64::from(r.signals.tls.is_none());
+        let signals = &self.proxy.worker.cfg.client_signals;
+        let logged = |v: Option<Option<&[u8]>>| matches!(v, Some(Some(_)));
+        self.signals_not_configured += u64::from(
+            (logged(r.signals.ja4) && signals.ja4_header.is_none())
+                || (logged(r.signals.asn) && signals.asn_header.is_none()),
+        );
         let req = Request {
             path: r.path,
             method: r.method,

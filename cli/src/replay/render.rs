@@ -248,6 +248,15 @@ pub fn render(j: &ReplayJson, config_name: &str, summary: &str) -> String {
             j.no_browser_signals
         ));
     }
+    if j.browser_signals_not_configured > 0 {
+        notes.push(format!(
+            "{} requests were logged with a ja4 or an asn that this configuration does not read \
+             (client_signals.ja4_header / asn_header unset): the tls_fingerprint and network \
+             checks were not run on them, as in an Envoy running this configuration (replay \
+             with the configuration your TLS edge runs to decide them)",
+            j.browser_signals_not_configured
+        ));
+    }
     if !j.in_flight_limits.is_empty() {
         notes.push(if j.forwarded_without_duration > 0 {
             format!(

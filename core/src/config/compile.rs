@@ -144,13 +144,16 @@ fn compile_routes(routes: &[Route]) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// `exempt_paths`: each starts with `/` and has no query.
+/// `exempt_paths`: each starts with `/`, has no query or fragment, and is visible ASCII
+/// (a `:path` is: RFC 9113 section 8.3.1, RFC 3986 section 3.3), so it can match.
 fn compile_exempt_paths(exempt_paths: Vec<String>) -> Result<Vec<String>, ConfigError> {
     for (i, e) in exempt_paths.iter().enumerate() {
-        if !e.starts_with('/') || e.contains('?') {
+        if !e.starts_with('/') || e.contains(['?', '#']) || !e.bytes().all(|b| b.is_ascii_graphic())
+        {
             return Err(err(
                 format!("exempt_paths[{i}]"),
-                "must start with '/' and have no query",
+                "must start with '/', have no query or fragment, and be visible ASCII \
+                 (percent-encode anything else)",
             ));
         }
     }

@@ -237,7 +237,15 @@ fn errors_name_the_field_path() {
         (r#"{"store":{"slots":0}}"#.into(), Is("store.slots: must be 1..=1048576")),
         (
             r#"{"exempt_paths":["robots.txt"]}"#.into(),
-            Is("exempt_paths[0]: must start with '/' and have no query"),
+            Is("exempt_paths[0]: must start with '/', have no query or fragment, and be visible ASCII (percent-encode anything else)"),
+        ),
+        (
+            r#"{"exempt_paths":["/robots.txt","/a\tb"]}"#.into(),
+            Is("exempt_paths[1]: must start with '/', have no query or fragment, and be visible ASCII (percent-encode anything else)"),
+        ),
+        (
+            r#"{"exempt_paths":["/robots.txt#x"]}"#.into(),
+            Is("exempt_paths[0]: must start with '/', have no query or fragment, and be visible ASCII (percent-encode anything else)"),
         ),
         (
             r#"{"bots":[{"id":"x","ua_contains":[" "],"class":"other_bot"}]}"#.into(),

@@ -52,7 +52,13 @@ impl Facts {
         let whole = len == path.len();
         path.truncate(len);
         let route = cfg.route_of(&path);
-        let exempt = whole && cfg.exempt_paths.iter().any(|e| e.as_bytes() == path);
+        // Only reads fetch robots.txt and sitemaps; a POST or PURGE of one is an ordinary
+        // request (classed, limited, shed), so exemption cannot carry writes past the limits.
+        let exempt = whole
+            && cfg.exempt_paths.iter().any(|e| e.as_bytes() == path)
+            && host
+                .request_header(":method")
+                .is_none_or(|m| m == b"GET" || m == b"HEAD");
         if exempt && cfg.exempt_limit.is_none() {
             return Facts {
                 route,
