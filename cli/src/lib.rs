@@ -20,6 +20,7 @@ pub mod minutes;
 pub mod offline;
 pub mod plot;
 pub mod replay;
+pub mod replay_store;
 pub mod report;
 pub mod stats;
 pub mod status;

@@ -36,9 +36,10 @@ pub use document::{
 };
 pub use render::render;
 
-use crate::host::{fnv1a, ReplayProxy, Request, FNV_OFFSET_BASIS};
+use crate::host::{ReplayProxy, Request};
 use crate::logfmt::LogRecord;
 use crate::offline::{self, Offline, OfflineVerdict};
+use crate::replay_store::{fnv1a, FNV_OFFSET_BASIS};
 use crate::report::Client;
 use crate::stats::Heavy;
 use crate::status::StatusBucket;
