@@ -27,6 +27,9 @@
 //! - `crawlguard.rewrite.<fix>` ([`REWRITE_FIXES`]) and `crawlguard.rewrite.status_<code>`;
 //! - with shedding on, gauges `crawlguard.shed.<route>.level` and
 //!   `crawlguard.origin.<route>.<name>` ([`ORIGIN_GAUGES`]);
+//! - [`PerKey`]: `crawlguard.limit.<limit>.{limited,shadow_limited}` (which limit said
+//!   no), `crawlguard.bot.<bot>.{requests,rejected}` (the built-in catalog's bot ids and
+//!   `other`), and with shedding on `crawlguard.shed.<route>.duration_ms.<level>`;
 //! - with fleet mode on, `crawlguard.fleet.<name>`: counters [`FLEET_COUNTERS`], gauges
 //!   [`FLEET_GAUGES`].
 //!
@@ -60,7 +63,9 @@ pub const DECISIONS: [&str; 7] = [
 pub const STATS_FLUSH_MS: u32 = crate::host::TICK_MS;
 
 mod counter_buffer;
+mod per_key;
 pub use counter_buffer::CounterBuffer;
+pub use per_key::{BotIds, PerKey, BOT_COUNTERS, OTHER_BOT};
 
 /// What a metric is: a counter only goes up; a gauge is set to a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,6 +255,8 @@ pub struct Metrics {
     pub route_gauges: Vec<RouteGauges>,
     /// Fleet mode only.
     pub fleet: FleetMetrics,
+    /// Per limit, per known bot id, shed time per route and level.
+    pub per_key: PerKey,
 }
 
 /// Statuses counted as `crawlguard.rewrite.status_<code>`: the configured ones, and 503
@@ -348,6 +355,7 @@ impl Metrics {
             .into_iter()
             .map(|code| (code, define(&format!("crawlguard.rewrite.status_{code}"))))
             .collect();
+        m.per_key = PerKey::define(cfg, define);
         m.flushes = define("crawlguard.stats.flushes");
         m
     }
@@ -402,9 +410,19 @@ impl Metrics {
         };
         bump(decision, inc);
         match outcome.decision {
-            Decision::Limited(o) if o.in_flight.is_some() => bump(c.limited_in_flight, inc),
-            Decision::ShadowLimited(o) if o.in_flight.is_some() => {
-                bump(c.shadow_limited_in_flight, inc)
+            Decision::Limited(o) | Decision::ShadowLimited(o) => {
+                let shadow = matches!(outcome.decision, Decision::ShadowLimited(_));
+                if o.in_flight.is_some() {
+                    bump(
+                        if shadow {
+                            c.shadow_limited_in_flight
+                        } else {
+                            c.limited_in_flight
+                        },
+                        inc,
+                    );
+                }
+                self.per_key.record_limit(o.limit, shadow, inc);
             }
             _ => {}
         }
@@ -521,7 +539,12 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 9 * 12 + 3 + 5 + 14 + 4 + 14 + 5 + 2 + 1 + 2);
+        // ... + the default's 21 limits and 163 bot ids (161 catalog entries, non-browser,
+        // other), two counters each.
+        assert_eq!(
+            n.len(),
+            9 * 12 + 3 + 5 + 14 + 4 + 14 + 5 + 2 + 1 + 2 + 21 * 2 + 163 * 2
+        );
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
         assert_eq!(n[4], "crawlguard.class.search_crawler.malformed");
         assert_eq!(n[5], "crawlguard.class.search_crawler.retry_after_ignored");
@@ -537,9 +560,15 @@ mod tests {
         assert_eq!(n[116], "crawlguard.signature.verified");
         assert_eq!(n[130], "crawlguard.route.api.limited");
         assert_eq!(n[131], "crawlguard.route.default.limited");
+        assert_eq!(n[156], "crawlguard.rewrite.status_503");
+        assert_eq!(n[157], "crawlguard.limit.human_per_ip.limited");
+        assert_eq!(n[158], "crawlguard.limit.human_per_ip.shadow_limited");
+        // Bot ids sorted (binary search), `other` last.
+        assert_eq!(n[199], "crawlguard.bot.360spider.requests");
+        assert_eq!(n[200], "crawlguard.bot.360spider.rejected");
         assert_eq!(
             n.get(n.len() - 2).map(String::as_str),
-            Some("crawlguard.rewrite.status_503")
+            Some("crawlguard.bot.other.rejected")
         );
         assert_eq!(
             n.last().map(String::as_str),
@@ -578,6 +607,7 @@ mod tests {
             [
                 "crawlguard.class.human.limited",
                 "crawlguard.class.human.limited_in_flight",
+                "crawlguard.limit.human_per_ip.limited",
                 "crawlguard.class.human.fail_open",
                 "crawlguard.route.default.limited",
                 "crawlguard.class.human.retry_after_ignored",
@@ -619,6 +649,42 @@ mod tests {
                 "crawlguard.rewrite.status_503"
             ]
         );
+    }
+
+    #[test]
+    fn bots_count_under_their_catalog_id_or_other_and_limits_under_their_name() {
+        let cfg =
+            config::parse(br#"{"shedding":{"enabled":true,"order":["script","ai_trainer"]}}"#)
+                .expect("valid");
+        let (m, by_id) = defined(&cfg);
+        let p = &m.per_key;
+        assert_eq!(p.bot(None), None);
+        assert_eq!(
+            hits(&by_id, |inc| {
+                PerKey::record_bot(p.bot(Some("googlebot")), false, inc);
+                PerKey::record_bot(p.bot(Some("archive.org_bot")), true, inc);
+                PerKey::record_bot(p.bot(Some("non-browser")), false, inc);
+                PerKey::record_bot(p.bot(Some("my-own-bot")), true, inc);
+                p.record_limit(1, true, inc);
+                p.record_limit(99, false, inc);
+            }),
+            [
+                "crawlguard.bot.googlebot.requests",
+                "crawlguard.bot.archive.org_bot.requests",
+                "crawlguard.bot.archive.org_bot.rejected",
+                "crawlguard.bot.non-browser.requests",
+                "crawlguard.bot.other.requests",
+                "crawlguard.bot.other.rejected",
+                "crawlguard.limit.script_per_ip.shadow_limited",
+            ]
+        );
+        let name = |id: Option<u32>| id.and_then(|i| by_id.get(&i).cloned());
+        assert_eq!(p.shed_ms(0, 0), None);
+        assert_eq!(
+            name(p.shed_ms(0, 2)).as_deref(),
+            Some("crawlguard.shed.default.duration_ms.2")
+        );
+        assert_eq!(p.shed_ms(0, 3), None);
     }
 
     #[test]
