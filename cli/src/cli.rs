@@ -1,8 +1,9 @@
 //! The command line: `crawlguard report | replay | check-config | classify`.
 //!
 //! Exit status: 0 on success; 1 when a configuration is invalid (check-config, or the
-//! `--config` of replay/report), an input cannot be read, or (report/replay) an input ended
-//! in an error; 2 for usage errors.
+//! `--config` of replay/report), an input cannot be read, (report/replay) an input ended
+//! in an error, or (report) a `--fail-if` or `--baseline` threshold failed; 2 for usage
+//! errors (a malformed `--fail-if`, an unreadable `--baseline`).
 
 use crate::check;
 use crate::input;
@@ -20,12 +21,14 @@ const AFTER: &str = "\
 Examples:
   crawlguard report /var/log/envoy/access.log.1.gz /var/log/envoy/access.log
   crawlguard report --json --plot incident.svg access.log
+  crawlguard report --fail-if 'search_crawler.rejected_share > 1%' --baseline yesterday.json access.log
   crawlguard replay --config new-limits.json --speed 10 access.log
   crawlguard replay --config cfg.json --ranges sidecar/sidecar.example.toml access.log
   crawlguard check-config envoy/examples/api-route.json envoy/istio/wasmplugin.yaml
   echo 'Mozilla/5.0 (compatible; Googlebot/2.1)' | crawlguard classify
 
-Exit status: 0 ok, 1 invalid configuration or unreadable input, 2 usage error.";
+Exit status: 0 ok, 1 invalid configuration, unreadable input or a failed report threshold,
+2 usage error.";
 
 /// crawlguard: report on access logs, replay a configuration against them offline with the
 /// filter's own decision code, check configurations, classify User-Agents.
@@ -96,6 +99,20 @@ pub struct ReportArgs {
     /// routes (JSON or WasmPlugin YAML; default: the embedded default configuration).
     #[arg(long, value_name = "CFG")]
     pub config: Option<PathBuf>,
+    /// Exit status 1 when EXPR holds, e.g. 'search_crawler.rejected_share > 1%'
+    /// (SUBJECT.METRIC OP VALUE; SUBJECT a class, bot:ID or route:NAME; METRIC requests,
+    /// rejected_share, success_rate, share_429, share_503, share_5xx, ttfb_p50_ms,
+    /// ttfb_p95_ms, ttfb_p99_ms; OP > >= < <=). Repeatable; a malformed EXPR: exit 2.
+    #[arg(long = "fail-if", value_name = "EXPR", value_parser = report::gate::parse)]
+    pub fail_if: Vec<report::gate::Threshold>,
+    /// An earlier `report --json` output (e.g. yesterday's): exit status 1 when a class's
+    /// requests or success rate (share of 2xx) moved by more than --max-change.
+    #[arg(long, value_name = "FILE.json")]
+    pub baseline: Option<PathBuf>,
+    /// The most a class's requests or success rate may move from --baseline, either way,
+    /// as a share of its baseline value: 30% or 0.3.
+    #[arg(long, value_name = "SHARE", default_value = "30%", value_parser = report::gate::parse_max_change)]
+    pub max_change: f64,
 }
 
 /// `replay` options.
@@ -204,17 +221,38 @@ fn report_cmd(a: &ReportArgs, out: &mut dyn Write) -> i32 {
             return 1;
         }
     };
+    let baseline = match a.baseline.as_ref().map(|p| read_baseline(p)).transpose() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("crawlguard report: --baseline {e}");
+            return 2;
+        }
+    };
     let mut rep = Report::new(cfg);
     rep.inputs = input::each_input(&a.logs, a.format, &mut |r| rep.add(r));
     let j = rep.json(a.top);
+    let mut doc = serde_json::to_value(&j).unwrap_or_default();
+    let mut checks = report::gate::check(&doc, &a.fail_if);
+    if let Some(b) = &baseline {
+        checks.extend(report::gate::compare(&doc, b, a.max_change));
+    }
     let text = if a.json {
-        serde_json::to_string_pretty(&j).unwrap_or_default() + "\n"
-    } else {
+        if !checks.is_empty() {
+            doc["checks"] = serde_json::to_value(&checks).unwrap_or_default();
+        }
+        serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+    } else if checks.is_empty() {
         report::render(&j)
+    } else {
+        report::render(&j) + &report::gate::render(&checks)
     };
     let mut code = 0;
     if out.write_all(text.as_bytes()).is_err() {
         return 1;
+    }
+    for c in checks.iter().filter(|c| c.failed) {
+        eprintln!("crawlguard report: FAILED {}: {}", c.check, c.found);
+        code = 1;
     }
     if let Some(p) = &a.plot {
         match crate::plot::plot(p, &rep.timeline, a.font.as_deref()) {
@@ -233,6 +271,21 @@ fn report_cmd(a: &ReportArgs, out: &mut dyn Write) -> i32 {
         }
     }
     input_errors("report", &rep.inputs).max(code)
+}
+
+/// An earlier `report --json` document; the error says why it is not one.
+fn read_baseline(path: &std::path::Path) -> Result<serde_json::Value, String> {
+    let name = path.display();
+    let bytes = std::fs::read(path).map_err(|e| format!("{name}: {e}"))?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{name}: not JSON: {e}"))?;
+    if v["schema"] != report::SCHEMA {
+        return Err(format!(
+            "{name}: not a `crawlguard report --json` document (schema {})",
+            report::SCHEMA
+        ));
+    }
+    Ok(v)
 }
 
 /// Reports inputs that ended in an error on stderr; 1 if any did.

@@ -27,6 +27,9 @@
 //! - `crawlguard.rewrite.<fix>` ([`REWRITE_FIXES`]) and `crawlguard.rewrite.status_<code>`;
 //! - with shedding on, gauges `crawlguard.shed.<route>.level` and
 //!   `crawlguard.origin.<route>.<name>` ([`ORIGIN_GAUGES`]);
+//! - [`PerKey`]: `crawlguard.limit.<limit>.{limited,shadow_limited}` (which limit said
+//!   no), `crawlguard.bot.<bot>.{requests,rejected}` (the built-in catalog's bot ids and
+//!   `other`), and with shedding on `crawlguard.shed.<route>.duration_ms.<level>`;
 //! - with fleet mode on, `crawlguard.fleet.<name>`: counters [`FLEET_COUNTERS`], gauges
 //!   [`FLEET_GAUGES`].
 //!
@@ -60,7 +63,11 @@ pub const DECISIONS: [&str; 7] = [
 pub const STATS_FLUSH_MS: u32 = crate::host::TICK_MS;
 
 mod counter_buffer;
+mod per_key;
+mod verify_event;
 pub use counter_buffer::CounterBuffer;
+pub use per_key::{BotIds, PerKey, BOT_COUNTERS, OTHER_BOT};
+pub use verify_event::VerifyEvent;
 
 /// What a metric is: a counter only goes up; a gauge is set to a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,82 +96,6 @@ pub const REWRITE_FIXES: [&str; 5] = [
     "cache_control_replaced",
     "degraded",
 ];
-
-/// A verification event to count (`crawlguard.verify.<event>`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VerifyEvent {
-    /// The verifier answered `verified`.
-    Verified,
-    /// The verifier answered `spoofed`.
-    Spoofed,
-    /// The verifier answered `unknown`.
-    Unknown,
-    /// Verifier error (dispatch refused, timeout, non-200, malformed body, too many claims
-    /// in flight) for a claim with no verdict to stand in.
-    Error,
-    /// A fresh cached verdict (or a remembered error) decided the request.
-    CacheHit,
-    /// No usable cached verdict: a callout was needed.
-    CacheMiss,
-    /// The request joined a callout already in flight for its claim and waited for it.
-    InFlight,
-    /// A stale verdict stood in for a failed callout (stale-if-error).
-    Stale,
-    /// `spoofed` without a callout: the client's prefix already produced
-    /// `verifier.max_spoofed_per_prefix` spoofed verdicts.
-    PrefixSpoofed,
-    /// `verified` without a callout: inside the bot's published ranges ([`crate::identity::published_ranges`]).
-    RangeVerified,
-    /// `spoofed` without a callout: outside the published ranges of a bot without FCrDNS.
-    RangeSpoofed,
-    /// A fetch of the published ranges brought a new document, now in use.
-    RangesUpdated,
-    /// A fetch of the published ranges answered `304`: the ones in use are current.
-    RangesNotModified,
-    /// A fetch of the published ranges failed (no answer, another status, an oversize or
-    /// malformed document), or a stored one did not parse; the ranges in use stay.
-    RangesError,
-}
-
-impl VerifyEvent {
-    /// Every event, in definition order.
-    pub const ALL: [VerifyEvent; 14] = [
-        VerifyEvent::Verified,
-        VerifyEvent::Spoofed,
-        VerifyEvent::Unknown,
-        VerifyEvent::Error,
-        VerifyEvent::CacheHit,
-        VerifyEvent::CacheMiss,
-        VerifyEvent::InFlight,
-        VerifyEvent::Stale,
-        VerifyEvent::PrefixSpoofed,
-        VerifyEvent::RangeVerified,
-        VerifyEvent::RangeSpoofed,
-        VerifyEvent::RangesUpdated,
-        VerifyEvent::RangesNotModified,
-        VerifyEvent::RangesError,
-    ];
-
-    /// The counter suffix.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VerifyEvent::Verified => "verified",
-            VerifyEvent::Spoofed => "spoofed",
-            VerifyEvent::Unknown => "unknown",
-            VerifyEvent::Error => "error",
-            VerifyEvent::CacheHit => "cache_hit",
-            VerifyEvent::CacheMiss => "cache_miss",
-            VerifyEvent::InFlight => "in_flight",
-            VerifyEvent::Stale => "stale",
-            VerifyEvent::PrefixSpoofed => "prefix_spoofed",
-            VerifyEvent::RangeVerified => "range_verified",
-            VerifyEvent::RangeSpoofed => "range_spoofed",
-            VerifyEvent::RangesUpdated => "ranges_updated",
-            VerifyEvent::RangesNotModified => "ranges_not_modified",
-            VerifyEvent::RangesError => "ranges_error",
-        }
-    }
-}
 
 /// A host metric id (`None`: the definition failed; that counter is then skipped).
 type Id = Option<u32>;
@@ -250,6 +181,8 @@ pub struct Metrics {
     pub route_gauges: Vec<RouteGauges>,
     /// Fleet mode only.
     pub fleet: FleetMetrics,
+    /// Per limit, per known bot id, shed time per route and level.
+    pub per_key: PerKey,
 }
 
 /// Statuses counted as `crawlguard.rewrite.status_<code>`: the configured ones, and 503
@@ -348,6 +281,7 @@ impl Metrics {
             .into_iter()
             .map(|code| (code, define(&format!("crawlguard.rewrite.status_{code}"))))
             .collect();
+        m.per_key = PerKey::define(cfg, define);
         m.flushes = define("crawlguard.stats.flushes");
         m
     }
@@ -402,9 +336,19 @@ impl Metrics {
         };
         bump(decision, inc);
         match outcome.decision {
-            Decision::Limited(o) if o.in_flight.is_some() => bump(c.limited_in_flight, inc),
-            Decision::ShadowLimited(o) if o.in_flight.is_some() => {
-                bump(c.shadow_limited_in_flight, inc)
+            Decision::Limited(o) | Decision::ShadowLimited(o) => {
+                let shadow = matches!(outcome.decision, Decision::ShadowLimited(_));
+                if o.in_flight.is_some() {
+                    bump(
+                        if shadow {
+                            c.shadow_limited_in_flight
+                        } else {
+                            c.limited_in_flight
+                        },
+                        inc,
+                    );
+                }
+                self.per_key.record_limit(o.limit, shadow, inc);
             }
             _ => {}
         }
@@ -521,7 +465,12 @@ mod tests {
         let cfg =
             config::parse(br#"{"routes":[{"name":"api","path_prefix":"/api"}]}"#).expect("valid");
         let n = names(&cfg);
-        assert_eq!(n.len(), 9 * 12 + 3 + 5 + 14 + 4 + 14 + 5 + 2 + 1 + 2);
+        // ... + the default's 21 limits and 163 bot ids (161 catalog entries, non-browser,
+        // other), two counters each.
+        assert_eq!(
+            n.len(),
+            9 * 12 + 3 + 5 + 14 + 4 + 14 + 5 + 2 + 1 + 2 + 21 * 2 + 163 * 2
+        );
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
         assert_eq!(n[4], "crawlguard.class.search_crawler.malformed");
         assert_eq!(n[5], "crawlguard.class.search_crawler.retry_after_ignored");
@@ -537,9 +486,15 @@ mod tests {
         assert_eq!(n[116], "crawlguard.signature.verified");
         assert_eq!(n[130], "crawlguard.route.api.limited");
         assert_eq!(n[131], "crawlguard.route.default.limited");
+        assert_eq!(n[156], "crawlguard.rewrite.status_503");
+        assert_eq!(n[157], "crawlguard.limit.human_per_ip.limited");
+        assert_eq!(n[158], "crawlguard.limit.human_per_ip.shadow_limited");
+        // Bot ids sorted (binary search), `other` last.
+        assert_eq!(n[199], "crawlguard.bot.360spider.requests");
+        assert_eq!(n[200], "crawlguard.bot.360spider.rejected");
         assert_eq!(
             n.get(n.len() - 2).map(String::as_str),
-            Some("crawlguard.rewrite.status_503")
+            Some("crawlguard.bot.other.rejected")
         );
         assert_eq!(
             n.last().map(String::as_str),
@@ -578,6 +533,7 @@ mod tests {
             [
                 "crawlguard.class.human.limited",
                 "crawlguard.class.human.limited_in_flight",
+                "crawlguard.limit.human_per_ip.limited",
                 "crawlguard.class.human.fail_open",
                 "crawlguard.route.default.limited",
                 "crawlguard.class.human.retry_after_ignored",
@@ -619,6 +575,42 @@ mod tests {
                 "crawlguard.rewrite.status_503"
             ]
         );
+    }
+
+    #[test]
+    fn bots_count_under_their_catalog_id_or_other_and_limits_under_their_name() {
+        let cfg =
+            config::parse(br#"{"shedding":{"enabled":true,"order":["script","ai_trainer"]}}"#)
+                .expect("valid");
+        let (m, by_id) = defined(&cfg);
+        let p = &m.per_key;
+        assert_eq!(p.bot(None), None);
+        assert_eq!(
+            hits(&by_id, |inc| {
+                PerKey::record_bot(p.bot(Some("googlebot")), false, inc);
+                PerKey::record_bot(p.bot(Some("archive.org_bot")), true, inc);
+                PerKey::record_bot(p.bot(Some("non-browser")), false, inc);
+                PerKey::record_bot(p.bot(Some("my-own-bot")), true, inc);
+                p.record_limit(1, true, inc);
+                p.record_limit(99, false, inc);
+            }),
+            [
+                "crawlguard.bot.googlebot.requests",
+                "crawlguard.bot.archive.org_bot.requests",
+                "crawlguard.bot.archive.org_bot.rejected",
+                "crawlguard.bot.non-browser.requests",
+                "crawlguard.bot.other.requests",
+                "crawlguard.bot.other.rejected",
+                "crawlguard.limit.script_per_ip.shadow_limited",
+            ]
+        );
+        let name = |id: Option<u32>| id.and_then(|i| by_id.get(&i).cloned());
+        assert_eq!(p.shed_ms(0, 0), None);
+        assert_eq!(
+            name(p.shed_ms(0, 2)).as_deref(),
+            Some("crawlguard.shed.default.duration_ms.2")
+        );
+        assert_eq!(p.shed_ms(0, 3), None);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::identity::verification::{VerificationState, VerifyParts};
 use crate::identity::verifier_flights::Waiter;
 use crate::limits::limiter::{Decision, Limiter, Place, RequestKeys, Reservation};
 use crate::log_limit::WarnEvery10s;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, PerKey};
 use crate::protection::shedder::Shedder;
 use crate::response::rejection::{self, Jitter};
 use std::cell::RefCell;
@@ -237,13 +237,17 @@ impl RequestState {
         let cfg = w.cfg;
         self.route = facts.route;
         self.client_prefix = facts.client_prefix;
+        // A binary search over the catalog's ids: no allocation on the allow path.
+        let bot_ids = w.metrics.per_key.bot(bot);
         let Some(now) = host.now_ns() else {
+            PerKey::record_bot(bot_ids, false, &mut |id| host.increment(id));
             return self.forward(cfg, host, class, Vec::new());
         };
         if cfg.shedding.enabled {
             self.sent_at_ns = Some(now);
             if w.shedder.is_shed(w.cfg, class, facts.route) {
                 if let Some(step) = self.shed(w, host, class, facts) {
+                    PerKey::record_bot(bot_ids, true, &mut |id| host.increment(id));
                     return step;
                 }
             }
@@ -284,6 +288,8 @@ impl RequestState {
             Err(_) => return self.forward(cfg, host, class, Vec::new()),
         };
         w.metrics.record(class, &out, &mut |id| host.increment(id));
+        let rejected = matches!(out.decision, Decision::Limited(_));
+        PerKey::record_bot(bot_ids, rejected, &mut |id| host.increment(id));
         // Held until the stream ends (empty unless the request goes on).
         self.places = std::mem::take(&mut out.places);
         if out.store.fell_back() && w.store_warning.due(now) {

@@ -16,6 +16,7 @@
 //! | [`sidecar`] | [`Sidecar`]: the `crawlguard-sidecar` process |
 //! | [`redis`] | [`Redis`]: `redis-server` on a free port (kill, restart, pause, a RESP client of its own), [`SlowProxy`] |
 //! | [`stack`] | [`Stack`]: Envoy + sidecar + dnsmasq |
+//! | [`prometheus`] | [`Prometheus`]: a Prometheus server scraping Envoys, its query API; [`promtool`] |
 //! | [`checks`] | checks the suites share: [`Table`], [`assert_clean_rejection`], [`assert_log_clean`] |
 //!
 //! Everything a suite uses is re-exported here: `use crawlguard_integration::{...}`.
@@ -29,6 +30,7 @@ pub mod envoy_config;
 pub mod filter_config;
 pub mod paths;
 pub mod process;
+pub mod prometheus;
 pub mod raw_http1;
 pub mod redis;
 pub mod sidecar;
@@ -53,6 +55,7 @@ pub use envoy_config::{
 pub use filter_config::{FilterConfig, Limit, NO_REFILL_PER_S};
 pub use paths::{envoy_bin, repo_root, test_upstream_bin, wasm_path};
 pub use process::{poll_until, NotReady, Process};
+pub use prometheus::{prometheus_bin, promtool, Prometheus};
 pub use raw_http1::{raw, raw_request, raw_statuses, RawHeaders, RawHttp1};
 pub use redis::{
     redis_cmd, redis_cmd_auth, redis_server_bin, Redis, RedisOpts, RedisReply, SlowProxy,

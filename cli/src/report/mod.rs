@@ -8,6 +8,7 @@
 
 mod client;
 mod document;
+pub mod gate;
 mod group;
 mod render;
 

@@ -201,6 +201,16 @@ pub fn builtin_catalog() -> Vec<BotEntry> {
         .collect()
 }
 
+/// Every bot id the built-in catalog and human rule name (the catalog's entries, then the
+/// non-browser id), without allocating: the bounded set the per-bot counters are keyed by
+/// ([`crate::metrics`]).
+pub fn builtin_bot_ids() -> impl Iterator<Item = &'static str> {
+    BUILTIN
+        .iter()
+        .map(|(id, ..)| *id)
+        .chain(std::iter::once(HUMAN.non_browser_id))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@ use crate::identity::class::Class;
 use crate::log_limit::WarnEvery10s;
 use crate::metrics::Metrics;
 use crate::protection::origin_health::{self, Counts, Window};
-use crate::protection::shedding;
+use crate::protection::{shed_clock, shedding};
 use std::cell::{Cell, RefCell};
 use std::net::IpAddr;
 
@@ -161,6 +161,13 @@ impl Shedder {
                     .unwrap_or(0),
             };
             levels.push(level);
+            let key = shed_clock::key(route);
+            let now_ms = now_ns / 1_000_000;
+            if let Ok(ms) = shed_clock::advance(store, &key, now_ms, cfg.store.cas_retries) {
+                if let Some(id) = metrics.per_key.shed_ms(i, level).filter(|_| ms > 0) {
+                    host.add_to_counter(id, ms);
+                }
+            }
             if let Some(g) = metrics.route_gauges.get(i) {
                 let values = [
                     u64::from(view.requests),
