@@ -108,6 +108,20 @@ fn http_1_to_a_listener_offering_h2_is_not_a_desktop_browser() {
     );
     assert_eq!(class(judged(ALL, "HTTP/2", CHROME, &[])), "human");
     assert_eq!(class(judged(ALL, "HTTP/3", CHROME, &[])), "human");
+    // A WebSocket handshake is HTTP/1.1 in every browser (RFC 6455); another upgrade is not
+    // excused.
+    for upgrade in ["websocket", "WebSocket"] {
+        let s = judged(ALL, "HTTP/1.1", CHROME, &[("upgrade", upgrade)]);
+        assert_eq!(
+            (s.class.as_str(), s.failed),
+            ("human", [0, 0, 0]),
+            "{upgrade}"
+        );
+    }
+    assert_eq!(
+        class(judged(ALL, "HTTP/1.1", CHROME, &[("upgrade", "h2c")])),
+        "suspect_browser"
+    );
     // Mobile browsers are excused; a listener without h2 never fails it.
     assert_eq!(class(judged(ALL, "HTTP/1.1", ANDROID_CHROME, &[])), "human");
     let h1_listener = r#"{"client_signals": {"listener_offers_h2": false}}"#;

@@ -116,6 +116,9 @@ struct Sig<'a> {
     expires: u64,
     nonce: Option<String>,
     tag: Option<&'a str>,
+    /// The `Signature-Agent` dictionary member the covered `signature-agent` names
+    /// (`None`: the whole field).
+    agent_key: Option<&'a str>,
 }
 
 /// The signature headers (`signature-input`, `signature`, `signature-agent`) for `s`,
@@ -129,7 +132,10 @@ fn sign(s: &Sig<'_>) -> Headers {
         "scheme": "http",
         "path": s.path,
         "headers": {"signature-agent": s.agent_header},
-        "components": ["@authority", "@path", "signature-agent"],
+        "components": match s.agent_key {
+            None => json!(["@authority", "@path", "signature-agent"]),
+            Some(k) => json!(["@authority", "@path", ["signature-agent", k]]),
+        },
         "created": s.created,
         "expires": s.expires,
         "nonce": s.nonce,
@@ -268,6 +274,7 @@ impl World {
             expires: now + 60,
             nonce: Some(nonce()),
             tag: Some("web-bot-auth"),
+            agent_key: None,
         }
     }
 
@@ -407,6 +414,19 @@ async fn every_failure_is_refused_with_its_reason() {
             }),
             "human",
         ),
+        // Signature-Agent names an origin nobody allows and the known agent; the signature,
+        // by a key of the sender's own, covers the first: the sidecar judges that one
+        // (unknown_agent), which proves nothing of the agent the filter matched.
+        (
+            "another agent's member",
+            sign(&Sig {
+                key: &stranger,
+                agent_header: format!("a=\"https://attacker.example\", b=\"{}\"", w.agent),
+                agent_key: Some("a"),
+                ..good("/g")
+            }),
+            "spoofed",
+        ),
     ];
     let mut results = Vec::new();
     for (i, (case, headers, _)) in cases.iter().enumerate() {
@@ -456,6 +476,7 @@ async fn every_failure_is_refused_with_its_reason() {
         ("missing_tag", 1),
         ("verified", 1),
         ("replayed", 1),
+        ("agent_mismatch", 1),
         ("error", 3),
     ]
     .into_iter()

@@ -121,12 +121,20 @@ fn consistent(
                 Some(ja4) => !cs.is_library_handshake(&ja4),
             },
         },
+        // A WebSocket handshake is HTTP/1.1 by design (RFC 6455 §4.1): browsers open it on
+        // a connection of its own that offers only http/1.1, since Envoy does not offer
+        // WebSockets over HTTP/2 (RFC 8441) by default. Only Envoy's `upgrade_configs` let
+        // such a request through, as an upgrade: a page fetched with the header is
+        // refused (403) or never becomes a page.
         Signal::HttpVersion => {
             !cs.listener_offers_h2
                 || s.host
                     .request_protocol()
                     .is_none_or(|p| !p.starts_with(b"HTTP/1"))
                 || !s.tls()
+                || s.host
+                    .request_header("upgrade")
+                    .is_some_and(|u| u.eq_ignore_ascii_case(b"websocket"))
         }
         Signal::Network => match &cs.asn_header {
             None => true,

@@ -8,6 +8,8 @@
 //!   finds no room: `verifier.on_error`, counted `nonce_store_full`);
 //! - `unknown_agent` (the sidecar does not allow the origin the filter knows):
 //!   `verifier.on_error`, and a warning: the two allowlists differ;
+//! - `verified` or `unknown_agent` about another origin than the one the filter matched
+//!   (`agent_mismatch`): `spoofed`;
 //! - every other outcome: `spoofed`, counted by its reason;
 //! - no good answer (timeout, another status, a malformed body): `verifier.on_error`,
 //!   counted `error`.
@@ -43,10 +45,13 @@ fn judge_answer<W: Clone>(
         }
     };
     match answer.result {
-        Outcome::Verified if answer.agent != agent.origin => {
-            // The sidecar read another agent than the one the filter matched: no proof of
-            // this one.
-            (on_error, SignatureEvent::Outcome(Outcome::UnknownAgent))
+        // The sidecar judged another agent than the one the filter matched (a
+        // `Signature-Agent` naming several origins, the signature covering another): the
+        // claim of this one is unproven, whatever the answer says of the other, and the
+        // sender chose it, so it is refused like a bad signature. As `verifier.on_error`
+        // it let anyone with no key spend the agent's bucket under `claimed_class`.
+        Outcome::Verified | Outcome::UnknownAgent if answer.agent != agent.origin => {
+            (Class::Spoofed, SignatureEvent::AgentMismatch)
         }
         Outcome::Verified => {
             let Some(nonce) = answer.nonce else {

@@ -11,6 +11,10 @@ pub enum SignatureEvent {
     Outcome(Outcome),
     /// A verified signature whose nonce was already accepted within its window.
     Replayed,
+    /// The sidecar's answer is about another agent than the one the filter matched in
+    /// `Signature-Agent` (it names several origins and the signature covers another):
+    /// `spoofed`.
+    AgentMismatch,
     /// A verified signature whose nonce could not be recorded (the nonce store is full of
     /// nonces still in their windows, or shared data failed): `verifier.on_error`.
     NonceStoreFull,
@@ -22,8 +26,9 @@ pub enum SignatureEvent {
 
 impl SignatureEvent {
     /// The filter's own events, after the outcomes.
-    const EXTRA: [SignatureEvent; 3] = [
+    const EXTRA: [SignatureEvent; 4] = [
         SignatureEvent::Replayed,
+        SignatureEvent::AgentMismatch,
         SignatureEvent::NonceStoreFull,
         SignatureEvent::Error,
     ];
@@ -33,6 +38,7 @@ impl SignatureEvent {
         match self {
             SignatureEvent::Outcome(o) => o.as_str(),
             SignatureEvent::Replayed => "replayed",
+            SignatureEvent::AgentMismatch => "agent_mismatch",
             SignatureEvent::NonceStoreFull => "nonce_store_full",
             SignatureEvent::Error => "error",
         }
