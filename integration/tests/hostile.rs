@@ -161,6 +161,8 @@ async fn huge_user_agent_with_default_header_limit() {
         .assert_nonzero_counters(
             "crawlguard.",
             &[
+                // The Googlebot claim, counted under its bot id whatever its class.
+                ("bot.googlebot.requests", 1),
                 ("class.human.allowed", 1),
                 ("class.unverified_bot.allowed", 1),
             ],
