@@ -403,7 +403,7 @@ mod tests {
             let now = step * S;
             let r = fp(step ^ 0x55);
             // A new nonce, or one of the last 200 again; windows of 1..=110 s.
-            let id = if r % 3 == 0 {
+            let id = if r.is_multiple_of(3) {
                 step.saturating_sub(r % 200)
             } else {
                 step
