@@ -118,6 +118,18 @@ pub(super) fn compile_client_signals(
             ));
         }
     }
+    // An AS number in both lists says two opposite things; which one wins is a guess.
+    if let Some((i, asn)) = raw
+        .not_datacenter_asns
+        .iter()
+        .enumerate()
+        .find(|(_, a)| raw.datacenter_asns.contains(a))
+    {
+        return Err(err(
+            format!("client_signals.not_datacenter_asns[{i}]"),
+            format!("{asn} is also in client_signals.datacenter_asns"),
+        ));
+    }
     Ok(ClientSignals {
         ja4_header,
         asn_header,

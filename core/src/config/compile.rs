@@ -47,6 +47,7 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     let mut found = warnings::retry_after(&limits, &classes);
     found.extend(warnings::uncovered_classes(&limits, &raw.routes, raw.mode));
     found.extend(warnings::robots_txt_not_exempt(&exempt_paths));
+    found.extend(warnings::home_page_exempt(&exempt_paths));
     compile_store(&raw.store)?;
     found.extend(warnings::published_hash_seed(&raw.store));
     compile_verifier(&raw.verifier)?;
@@ -145,7 +146,8 @@ fn compile_routes(routes: &[Route]) -> Result<(), ConfigError> {
 }
 
 /// `exempt_paths`: each starts with `/`, has no query or fragment, and is visible ASCII
-/// (a `:path` is: RFC 9113 section 8.3.1, RFC 3986 section 3.3), so it can match.
+/// (a `:path` is: RFC 9113 section 8.3.1, RFC 3986 section 3.3), so it can match; none
+/// twice (a repeated entry is a typo for another path).
 fn compile_exempt_paths(exempt_paths: Vec<String>) -> Result<Vec<String>, ConfigError> {
     for (i, e) in exempt_paths.iter().enumerate() {
         if !e.starts_with('/') || e.contains(['?', '#']) || !e.bytes().all(|b| b.is_ascii_graphic())
@@ -154,6 +156,12 @@ fn compile_exempt_paths(exempt_paths: Vec<String>) -> Result<Vec<String>, Config
                 format!("exempt_paths[{i}]"),
                 "must start with '/', have no query or fragment, and be visible ASCII \
                  (percent-encode anything else)",
+            ));
+        }
+        if let Some(j) = exempt_paths.iter().take(i).position(|p| p == e) {
+            return Err(err(
+                format!("exempt_paths[{i}]"),
+                format!("{e:?} is also exempt_paths[{j}]"),
             ));
         }
     }

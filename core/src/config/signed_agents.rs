@@ -74,9 +74,23 @@ pub(super) struct RawSignedAgents {
     nonce_slots: Option<u32>,
 }
 
-/// The default of `signed_agents.nonce_slots`: 16,384 nonces (about 2 MB of shared data),
-/// e.g. 273 signed requests per second with 60-second windows.
+/// The default of `signed_agents.nonce_slots`: 16,384 slots (about 2 MB of shared data) for
+/// all agents together, holding 14,505 live nonces before the first refusal
+/// ([`crate::identity::nonce_store`]): about 120 signed requests per second with 60-second
+/// signatures, which hold their slot about 120 s (`expires` + the sidecar's 60-s skew).
 pub const DEFAULT_NONCE_SLOTS: u32 = 16_384;
+
+/// An origin as `Signature-Agent` names it, in one spelling: lowercased (scheme and host
+/// are case-insensitive, RFC 3986 section 6.2.2.1; an origin has no path) and without
+/// https's default port `:443` (section 6.2.3), so `https://A.example:443` and
+/// `https://a.example` are one agent.
+fn normalise_origin(origin: &str) -> String {
+    let lower = origin.to_ascii_lowercase();
+    match lower.rsplit_once(':') {
+        Some((host, "443")) if host != "https" => host.to_string(),
+        _ => lower,
+    }
+}
 
 /// `signed_agents`: `bot_ids` are the classifier's bot ids (an agent may not share one's
 /// bucket).
@@ -93,14 +107,27 @@ pub(super) fn compile(
                 "must be 1..=64 bytes of [a-z0-9._-] and no bot's id",
             ));
         }
-        if !is_agent_origin(&a.origin) {
+        let origin = normalise_origin(&a.origin);
+        if !is_agent_origin(&origin) {
             return Err(err(
                 field("origin"),
-                "must be https://<host>[:<port>], lowercase, without a path",
+                "must be https://<host>[:<port>], without a path",
             ));
         }
-        if agents.iter().any(|b| b.id == a.id || b.origin == a.origin) {
-            return Err(err(field("id"), "an earlier agent has this id or origin"));
+        if let Some(j) = agents.iter().position(|b| b.id == a.id) {
+            return Err(err(
+                field("id"),
+                format!("is also signed_agents.agents[{j}].id"),
+            ));
+        }
+        if let Some(j) = agents.iter().position(|b| b.origin == origin) {
+            return Err(err(
+                field("origin"),
+                format!(
+                    "{origin:?} is also signed_agents.agents[{j}].origin (the host lowercased, \
+                     the default port :443 dropped)"
+                ),
+            ));
         }
         let class = Class::parse(&a.class)
             .filter(|c| c.is_crawler())
@@ -112,7 +139,7 @@ pub(super) fn compile(
             })?;
         agents.push(SignedAgent {
             id: a.id.clone(),
-            origin: a.origin.clone(),
+            origin,
             class,
         });
     }

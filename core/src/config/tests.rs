@@ -1096,7 +1096,7 @@ fn signed_agents_extend_the_catalogs_and_are_checked_with_their_field_path() {
         ),
         (
             r#"{"signed_agents":{"agents":[{"id":"a","origin":"https://a.example","class":"ai_retriever"},{"id":"b","origin":"https://a.example","class":"ai_retriever"}]}}"#,
-            "signed_agents.agents[1].id",
+            "signed_agents.agents[1].origin",
         ),
         (
             r#"{"signed_agents":{"nonce_slots":8}}"#,
@@ -1111,4 +1111,87 @@ fn signed_agents_extend_the_catalogs_and_are_checked_with_their_field_path() {
         let e = parse(json.as_bytes()).expect_err(json);
         assert_eq!(e.path, path, "{json}: {e}");
     }
+}
+
+/// Values the hostile review found accepted: refused with their field path, or (the home
+/// page exempt) a warning naming the field.
+#[test]
+fn repeated_and_contradictory_values_are_refused_with_their_path() {
+    let agents = |a: &str, b: &str| {
+        format!(
+            r#"{{"signed_agents":{{"agents":[{{"id":"a","origin":"{a}","class":"ai_retriever"}},
+                {{"id":"b","origin":"{b}","class":"ai_retriever"}}]}}}}"#
+        )
+    };
+    let cases = [
+        (
+            r#"{"exempt_paths":["/robots.txt","/a","/robots.txt"]}"#.to_string(),
+            "exempt_paths[2]: \"/robots.txt\" is also exempt_paths[0]",
+        ),
+        (
+            agents("https://a.example", "https://a.example:443"),
+            "signed_agents.agents[1].origin: \"https://a.example\" is also \
+             signed_agents.agents[0].origin (the host lowercased, the default port :443 dropped)",
+        ),
+        (
+            agents("https://A.Example:443", "https://a.example"),
+            "signed_agents.agents[1].origin: \"https://a.example\" is also \
+             signed_agents.agents[0].origin (the host lowercased, the default port :443 dropped)",
+        ),
+        (
+            r#"{"client_signals":{"datacenter_asns":[16509,15169],"not_datacenter_asns":[3320,15169]}}"#
+                .to_string(),
+            "client_signals.not_datacenter_asns[1]: 15169 is also in client_signals.datacenter_asns",
+        ),
+    ];
+    let got: Vec<(String, String)> = cases
+        .iter()
+        .map(|(doc, _)| {
+            let out = match parse(doc.as_bytes()) {
+                Ok(_) => "<accepted>".to_string(),
+                Err(e) => e.to_string(),
+            };
+            (doc.clone(), out)
+        })
+        .collect();
+    let want: Vec<(String, String)> = cases
+        .iter()
+        .map(|(doc, w)| (doc.clone(), w.to_string()))
+        .collect();
+    assert_eq!(got, want);
+
+    // Spelled differently, one origin: the host lowercased, :443 dropped, another port kept.
+    let c =
+        parse(agents("https://A.example:443", "https://a.example:8443").as_bytes()).expect("valid");
+    let origins: Vec<&str> = c
+        .signed_agents
+        .agents
+        .iter()
+        .map(|a| a.origin.as_str())
+        .collect();
+    assert_eq!(
+        origins.get(..2),
+        Some(&["https://a.example", "https://a.example:8443"][..])
+    );
+
+    // Header names are lowercased, like every header name of the configuration.
+    let c =
+        parse(br#"{"client_signals":{"ja4_header":"X-JA4","asn_header":"X-ASN"}}"#).expect("valid");
+    assert_eq!(c.client_signals.ja4_header.as_deref(), Some("x-ja4"));
+    assert_eq!(c.client_signals.asn_header.as_deref(), Some("x-asn"));
+    assert_eq!(
+        parse_err(r#"{"client_signals":{"ja4_header":"X-JA4","asn_header":"x-ja4"}}"#),
+        "client_signals.asn_header: is the ja4_header: one header cannot carry both"
+    );
+
+    // The home page exempt: legal, warned about with the field.
+    let c = parse(br#"{"exempt_paths":["/robots.txt","/"]}"#).expect("valid");
+    assert_eq!(
+        c.warnings,
+        [
+            "exempt_paths[1]: \"/\" exempts the home page from every class limit and from \
+          shedding (only exempt_limit applies); exempt paths match exactly, so it does not \
+          exempt anything below it"
+        ]
+    );
 }

@@ -132,6 +132,19 @@ pub(super) fn robots_txt_not_exempt(exempt_paths: &[String]) -> Option<String> {
     )
 }
 
+/// A warning when `exempt_paths` lists `/`: legal (a site may serve a static, cached home
+/// page), but the home page is what floods and crawlers hit most, and an exempt path is
+/// limited by `exempt_limit` only, never by a class limit nor shed; so almost surely a
+/// mistake for a prefix (exempt paths match exactly).
+pub(super) fn home_page_exempt(exempt_paths: &[String]) -> Option<String> {
+    let i = exempt_paths.iter().position(|p| p == "/")?;
+    Some(format!(
+        "exempt_paths[{i}]: \"/\" exempts the home page from every class limit and from \
+         shedding (only exempt_limit applies); exempt paths match exactly, so it does not \
+         exempt anything below it"
+    ))
+}
+
 /// A warning when `store.hash_seed` is the seed published in crawlguard's source (the old
 /// default, and what offline tools use): anyone can compute keys that collide in the slot
 /// table and push a client onto the per-worker fallback.

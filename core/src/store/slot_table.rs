@@ -80,13 +80,14 @@ pub struct SlotTable<V> {
 }
 
 /// One slot's shared-data key, `<prefix><n>`, in a stack buffer (no allocation).
-struct SlotKey {
+pub(crate) struct SlotKey {
     buf: [u8; MAX_PREFIX_LEN + 10],
     len: usize,
 }
 
 impl SlotKey {
-    fn as_str(&self) -> &str {
+    /// The key.
+    pub(crate) fn as_str(&self) -> &str {
         std::str::from_utf8(self.buf.get(..self.len).unwrap_or_default()).unwrap_or_default()
     }
 }
@@ -175,8 +176,9 @@ impl<V: SlotValue> SlotTable<V> {
         out
     }
 
-    /// Slot `idx`'s shared-data key, formatted on the stack.
-    fn key(&self, idx: usize) -> SlotKey {
+    /// Slot `idx`'s shared-data key, formatted on the stack (also for tables that probe
+    /// their slots their own way, [`crate::identity::nonce_store`]).
+    pub(crate) fn key(&self, idx: usize) -> SlotKey {
         let mut k = SlotKey {
             buf: [0u8; MAX_PREFIX_LEN + 10],
             len: 0,
