@@ -126,6 +126,29 @@ fn every_example_configuration_is_accepted() {
     assert!(n >= 1);
 }
 
+/// The examples the README says repeat the default limits before their own (a `limits`
+/// list replaces the defaults): each default limit is in them, unchanged.
+#[test]
+fn examples_that_repeat_the_defaults_keep_every_default_limit() {
+    let defaults = crawlguard_core::config::parse(b"{}").expect("defaults");
+    for name in ["api-route.json", "ai-retriever-herd.json"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("envoy/examples")
+            .join(name);
+        let cfg =
+            crawlguard_core::config::parse(&std::fs::read(&path).expect("read")).expect("example");
+        for want in &defaults.limits {
+            let got = cfg.limits.iter().find(|l| l.name == want.name);
+            assert_eq!(
+                got.map(|l| format!("{l:?}")),
+                Some(format!("{want:?}")),
+                "{name}: default limit {}",
+                want.name
+            );
+        }
+    }
+}
+
 /// The cells of every README table row whose first cell is a backticked name.
 fn table_rows(text: &str) -> Vec<Vec<String>> {
     text.lines()

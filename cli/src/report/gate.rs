@@ -317,20 +317,34 @@ pub fn compare(r: &Value, baseline: &Value, max_change: f64) -> Vec<Outcome> {
             if was == 0.0 {
                 continue;
             }
-            let now_v = now.unwrap_or(0.0);
-            let change = (now_v - was) / was;
             let shown = |v: f64| match metric {
                 Metric::Requests => format!("{v}"),
                 _ => fmt_value(metric, v),
             };
-            let now_s = now.map_or_else(|| "no requests".to_string(), shown);
+            let check = format!(
+                "baseline: {name} {what} moves at most {}",
+                fmt_value(Metric::SuccessRate, max_change)
+            );
+            // A class gone from the log has 0 requests (its traffic check fails) and no
+            // success rate: that check passes and says so, as a threshold does.
+            let Some(now_v) = now else {
+                out.push(Outcome {
+                    check,
+                    failed: false,
+                    found: format!("{} -> no requests", shown(was)),
+                });
+                continue;
+            };
+            let change = (now_v - was) / was;
             out.push(Outcome {
-                check: format!(
-                    "baseline: {name} {what} moves at most {}",
-                    fmt_value(Metric::SuccessRate, max_change)
-                ),
+                check,
                 failed: change.abs() > max_change,
-                found: format!("{} -> {now_s} ({:+.1}%)", shown(was), change * 100.0),
+                found: format!(
+                    "{} -> {} ({:+.1}%)",
+                    shown(was),
+                    shown(now_v),
+                    change * 100.0
+                ),
             });
         }
     }
@@ -484,8 +498,8 @@ mod tests {
                 ),
                 row(
                     "baseline: ai_trainer success_rate moves at most 30.00%",
-                    true,
-                    "100.00% -> no requests (-100.0%)"
+                    false,
+                    "100.00% -> no requests"
                 ),
             ]
         );
