@@ -14,6 +14,7 @@
 //! crawlguard itself is never rewritten. `filter.rs` only translates callbacks into these
 //! calls.
 
+use crate::clock::{OnHost, WorkerClock};
 use crate::config::Config;
 use crate::host::{ContextId, Host, LocalReply};
 use crate::identity::browser_checks;
@@ -59,6 +60,8 @@ pub struct RequestParts<'a> {
     pub jitter: &'a Jitter,
     /// Shared-store trouble warnings.
     pub store_warning: &'a WarnEvery10s,
+    /// The worker's last reading of the host's clock.
+    pub clock: &'a WorkerClock,
 }
 
 impl<'a> RequestParts<'a> {
@@ -237,10 +240,16 @@ impl RequestState {
         let cfg = w.cfg;
         self.route = facts.route;
         self.client_prefix = facts.client_prefix;
-        let Some(now) = host.now_ns() else {
-            return self.forward(cfg, host, class, Vec::new());
-        };
-        if cfg.shedding.enabled {
+        // The clock is read when the decision touches shared state or needs exact time
+        // (crate::clock); a worker that never read it reads it now.
+        let mut exact = None;
+        if w.clock.coarse_ns().is_none() || cfg.shedding.enabled {
+            let Some(now) = w.clock.exact_ns(host) else {
+                return self.forward(cfg, host, class, Vec::new());
+            };
+            exact = Some(now);
+        }
+        if let (true, Some(now)) = (cfg.shedding.enabled, exact) {
             self.sent_at_ns = Some(now);
             if w.shedder.is_shed(w.cfg, class, facts.route) {
                 if let Some(step) = self.shed(w, host, class, facts) {
@@ -271,18 +280,23 @@ impl RequestState {
             verified_claim: facts.claimed == Some(class)
                 && cfg.verifier.on_error == crate::config::OnError::UnverifiedBot,
         };
+        let mut env = OnHost {
+            host,
+            clock: w.clock,
+            exact,
+        };
         let mut out = match w.limiter.try_borrow_mut() {
-            Ok(mut lim) => crate::limits::decision::decide(
+            Ok(mut lim) => crate::limits::decision::decide_in(
                 cfg,
                 &mut lim,
-                host.shared_data(),
+                &mut env,
                 &keys,
                 class,
-                now,
                 &mut || w.jitter.next_u32(),
             ),
             Err(_) => return self.forward(cfg, host, class, Vec::new()),
         };
+        let now = env.time_ns();
         w.metrics.record(class, &out, &mut |id| host.increment(id));
         // Held until the stream ends (empty unless the request goes on).
         self.places = std::mem::take(&mut out.places);

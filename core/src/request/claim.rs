@@ -20,13 +20,6 @@ pub(super) fn verify_claim(
     bot_id: &str,
     bot_class: Class,
 ) -> Option<Class> {
-    let Some(now) = host.now_ns() else {
-        // No clock: no cache, no deadline. Decide as a verifier error would.
-        return Some(match w.cfg.verifier.on_error {
-            crate::config::OnError::UnverifiedBot => Class::UnverifiedBot,
-            crate::config::OnError::ClaimedClass => bot_class,
-        });
-    };
     // The claim is about the full address; the prefix groups it like the buckets do.
     let Some(ip) = facts.client_ip else {
         return Some(Class::UnverifiedBot);
@@ -55,6 +48,29 @@ pub(super) fn verify_claim(
             l.prefix_fingerprint(prefix),
         ),
         Err(_) => return Some(Class::UnverifiedBot),
+    };
+    // A warm verified verdict this worker copied: no shared data, no clock read (the
+    // worker's last reading; crate::identity::local_verdicts states the bound).
+    let copied = w.clock.coarse_ns().is_some_and(|t| {
+        w.verifier
+            .local
+            .try_borrow_mut()
+            .is_ok_and(|mut l| l.verified(fp, t))
+    });
+    if copied {
+        w.metrics
+            .count_verify(host, crate::metrics::VerifyEvent::CacheHit);
+        return Some(crate::identity::verifier_answer::class_for(
+            crate::identity::verifier_answer::Verdict::Verified,
+            bot_class,
+        ));
+    }
+    let Some(now) = w.clock.exact_ns(host) else {
+        // No clock: no cache, no deadline. Decide as a verifier error would.
+        return Some(match w.cfg.verifier.on_error {
+            crate::config::OnError::UnverifiedBot => Class::UnverifiedBot,
+            crate::config::OnError::ClaimedClass => bot_class,
+        });
     };
     let claim = Claim {
         fp,
