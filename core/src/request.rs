@@ -20,7 +20,6 @@ use crate::host::{ContextId, Host, LocalReply};
 use crate::identity::browser_checks;
 use crate::identity::class::Class;
 use crate::identity::verification::{VerificationState, VerifyParts};
-use crate::identity::verifier_flights::Waiter;
 use crate::limits::limiter::{Decision, Limiter, Place, RequestKeys, Reservation};
 use crate::log_limit::WarnEvery10s;
 use crate::metrics::Metrics;
@@ -35,6 +34,7 @@ mod exempt;
 mod facts;
 mod response_path;
 
+pub use claim::resume;
 use claim::verify_claim;
 pub use facts::{path_only, Facts};
 pub use response_path::parse_cost;
@@ -486,23 +486,6 @@ impl RequestState {
         {
             *sent = host.now_ns().unwrap_or(*sent);
         }
-    }
-}
-
-/// Resumes a request paused on a verdict, with `class` (root side; the request may be gone,
-/// or already resumed, in which case nothing happens).
-pub fn resume(w: RequestParts<'_>, host: &mut dyn Host, waiter: &Waiter<Handle>, class: Class) {
-    let Some(rc) = waiter.handle.upgrade() else {
-        return;
-    };
-    let Ok(mut state) = rc.try_borrow_mut() else {
-        return;
-    };
-    if !state.is_awaiting_verdict() || host.switch_to(waiter.context).is_err() {
-        return;
-    }
-    if state.on_verdict(w, host, class) == Some(Step::Continue) {
-        let _ = host.resume_request();
     }
 }
 

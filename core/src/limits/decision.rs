@@ -10,8 +10,8 @@ use crate::identity::client_ip;
 use crate::limits::bucket_key::{key_values, KeyPart, MAX_KEY_VALUES};
 use crate::limits::escalation::Visit;
 use crate::limits::limiter::{
-    Charge, Charged, Decision, KeyRules, LimitResult, Limiter, OverLimit, Place, Placed, RequestKeys,
-    Reservation, StoreEvents,
+    Charge, Charged, Decision, KeyRules, LimitResult, Limiter, OverLimit, Place, Placed,
+    RequestKeys, Reservation, StoreEvents,
 };
 use crate::response::rejection;
 use crate::store::SharedData;

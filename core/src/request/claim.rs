@@ -123,3 +123,20 @@ impl RequestState {
         }
     }
 }
+
+/// Resumes a request paused on a verdict, with `class` (root side; the request may be gone,
+/// or already resumed, in which case nothing happens).
+pub fn resume(w: RequestParts<'_>, host: &mut dyn Host, waiter: &Waiter<Handle>, class: Class) {
+    let Some(rc) = waiter.handle.upgrade() else {
+        return;
+    };
+    let Ok(mut state) = rc.try_borrow_mut() else {
+        return;
+    };
+    if !state.is_awaiting_verdict() || host.switch_to(waiter.context).is_err() {
+        return;
+    }
+    if state.on_verdict(w, host, class) == Some(Step::Continue) {
+        let _ = host.resume_request();
+    }
+}
