@@ -271,7 +271,14 @@ def section_lines(results, n, runs, warmup, baseline, note):
     lines += ["", "Ratios of medians, with the targets (issue 26):", "",
               "| ratio | median | target | met |", "|---|---|---|---|"]
     verdicts = []
-    for a, b, target, label in RATIOS:
+    # With --module, each module's configurations against the same module's (or a reference).
+    suffixes = sorted({"@" + n.split("@", 1)[1] for n in names if "@" in n}) or [""]
+    pairs = []
+    for suffix in suffixes:
+        for a, b, target, label in RATIOS:
+            b_here = b + suffix if b + suffix in s else b
+            pairs.append((a + suffix, b_here, target, label))
+    for a, b, target, label in pairs:
         if a not in s or b not in s:
             continue
         ratio = s[a][1] / s[b][1]
