@@ -355,7 +355,9 @@ def main():
         baseline = round(allow)
     lines = section_lines(results, args.requests, args.runs, args.warmup, baseline, args.note)
     print("\n".join(lines))
-    if args.write:
+    if args.write and (args.configs or args.module):
+        print("(not written into bench/results.md: only a full run replaces its table)")
+    elif args.write:
         bench.replace_section(RESULTS, SECTION, lines, "bench/callgrind.py --write")
     sys.exit(1 if failed else 0)
 
