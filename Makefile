@@ -84,7 +84,7 @@ test-compose: setup build
 ## wasm floor, exactness, memory, the crawlguard command's log lines/s (a benchmark, not a
 ## test): writes bench/results.md; about 20 minutes on 2 cores; BENCH_ARGS=--cli-only
 ## measures only the command (after the instructions)
-BENCH_ARGS ?= --rounds 2
+BENCH_ARGS ?= --rounds 2 --duration 5
 bench: setup build build-sidecar
 	@command -v wrk >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
 	@command -v valgrind >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
