@@ -77,11 +77,18 @@ test-integration:
 test-compose: setup build
 	CARGO="$(CARGO)" scripts/compose-test.sh
 
-## bench: throughput/latency vs Envoy's local_ratelimit and a wasm floor, exactness, memory,
-## the crawlguard command's log lines/s (a benchmark, not a test): writes bench/results.md;
-## BENCH_ARGS=--cli-only measures only the command
+## bench: instructions per request of every configuration under callgrind (bench/callgrind.py:
+## the ratios against their targets, and a check that fails when cg_allow rises more than 3%
+## over the figure recorded in bench/results.md; CG_REQUESTS=300 for a quicker run,
+## CG_RECORD=1 records a new figure), then throughput/latency vs Envoy's local_ratelimit and a
+## wasm floor, exactness, memory, the crawlguard command's log lines/s (a benchmark, not a
+## test): writes bench/results.md; about 20 minutes on 2 cores; BENCH_ARGS=--cli-only
+## measures only the command (after the instructions)
+BENCH_ARGS ?= --rounds 2 --duration 5
 bench: setup build build-sidecar
 	@command -v wrk >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+	@command -v valgrind >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
+	python3 bench/callgrind.py --write
 	python3 bench/bench.py $(BENCH_ARGS)
 
 ## soak: 10 minutes of steady mixed load; 0 errors and flat RSS expected; appended to

@@ -1012,6 +1012,18 @@ def replace_section(path, marker, section_lines, how):
         f.write(text)
 
 
+def preserved_section(path, marker):
+    """The lines of section `marker` of the results file at `path` (up to the next section or
+    the commands), or []."""
+    text = open(path).read() if os.path.exists(path) else ""
+    start = text.find(marker)
+    if start < 0:
+        return []
+    ends = [e for e in (text.find("\n## ", start + len(marker)),
+                        text.find("\nCommands (as run", start)) if e >= 0]
+    return text[start:min(ends) if ends else len(text)].rstrip().splitlines()
+
+
 def replace_cli_section(path, rows):
     """Puts the CLI table into an existing results file (replacing an older one)."""
     replace_section(path, CLI_SECTION, cli_lines(rows), "bench/bench.py --cli-only")
@@ -1176,6 +1188,11 @@ def write_results(path, results, exact_rows, mem_row, args, ver=None, cli=None):
         lines += [""] + in_flight_lines(results)
     if cli:
         lines += [""] + cli_lines(cli)
+    # The instructions per request (bench/callgrind.py, run first by `make bench`) and its
+    # regression baseline stay.
+    kept = preserved_section(path, "## Instructions per request (callgrind)")
+    if kept:
+        lines += [""] + kept
     profile = os.path.join(ROOT, "bench/profile.md")
     if os.path.exists(profile):
         with open(profile) as f:

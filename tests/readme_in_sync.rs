@@ -388,3 +388,59 @@ fn readme_lists_the_refused_cloud_customer_zones() {
     let listed = format!("cloud-customer reverse zone ({};", zones.join(", "));
     assert!(flat.contains(&listed), "README should say: {listed}");
 }
+
+/// The README's "cheap enough" figures are the instructions per request `make bench` last
+/// wrote into bench/results.md (its callgrind section): each median and the two ratios the
+/// paragraph names, so a new bench run without the README (or the other way round) fails.
+#[test]
+fn the_cheap_enough_figures_are_the_last_bench_runs() {
+    let results = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/bench/results.md"))
+        .expect("bench/results.md");
+    let section = results
+        .split("## Instructions per request (callgrind)")
+        .nth(1)
+        .expect("bench/results.md has the callgrind section (make bench writes it)");
+    let median = |name: &str| -> f64 {
+        let row = section
+            .lines()
+            .find(|l| l.starts_with(&format!("| {name} |")))
+            .unwrap_or_else(|| panic!("no {name} row in bench/results.md"));
+        let cell = row.split('|').nth(4).expect("median column").trim();
+        cell.replace(',', "").parse().expect("a number")
+    };
+    let text = readme();
+    let start = text.find("**It is cheap enough").expect("the paragraph");
+    let end = text[start..]
+        .find("\n- **")
+        .map_or(text.len(), |e| start + e);
+    let paragraph = text[start..end].replace('\n', " ");
+    let grouped = |x: f64| {
+        let n = x.round() as u64;
+        format!("{},{:03}", n / 1000, n % 1000)
+    };
+    for name in [
+        "cg_allow",
+        "wasm_floor",
+        "local_rl",
+        "cg_verified",
+        "cg_reject",
+    ] {
+        let want = grouped(median(name));
+        assert!(
+            paragraph.contains(&want),
+            "README's cheap-enough paragraph lacks {name}'s {want} (bench/results.md)"
+        );
+    }
+    for (a, b) in [
+        ("cg_allow", "wasm_floor"),
+        ("cg_allow", "local_rl"),
+        ("cg_verified", "cg_allow"),
+        ("cg_reject", "cg_allow"),
+    ] {
+        let want = format!("{:.2}x", median(a) / median(b));
+        assert!(
+            paragraph.contains(&want),
+            "README's cheap-enough paragraph lacks {a} / {b} = {want} (bench/results.md)"
+        );
+    }
+}

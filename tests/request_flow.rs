@@ -288,8 +288,11 @@ fn a_stale_verdict_stands_in_when_the_verifier_fails() {
     let (_, _) = p.get("/", GOOGLEBOT, G);
     p.wake();
     p.verdict(1, "192.0.2.1", "googlebot", "verified", 3600);
-    // The verdict's TTL (clamped to 1 s) passes; the next callout fails.
+    // The verdict's TTL (clamped to 1 s) passes; the next callout fails. (The worker's copy
+    // of the verdict goes by its last clock reading, which Envoy's root tick keeps within
+    // 250 ms of the wall clock: read here as the tick would.)
     p.advance(2 * S);
+    p.worker.clock.observe(p.host.now_ns.unwrap_or(0));
     let (ctx, step) = p.get("/", GOOGLEBOT, G);
     assert_eq!(step, Step::Pause);
     p.wake();
@@ -1183,7 +1186,8 @@ const ALLOW_LAYOUT: &str = r#"{"limits":[
 /// User-Agent, the browser checks' headers), counters make none (they are flushed on the
 /// root tick), the class header is set with one replace call, and while both buckets are far
 /// from empty the worker spends leased tokens: one read + one compare-and-swap write per
-/// limit once every 17 requests (1 charged + a lease of 16), none in between. A Chrome
+/// limit once every 17 requests (1 charged + a lease of 16), none in between, and the clock
+/// is read only for those (a leased token goes by the worker's last reading). A Chrome
 /// User-Agent adds the browser checks: its fetch metadata header is missing here, so the
 /// TLS attribute is read (plain HTTP: no check can fail, and the client hints check reads
 /// nothing more).
@@ -1216,13 +1220,13 @@ fn the_allow_path_host_calls_and_a_shared_round_trip_every_17_requests() {
             &["get request headers", "get property source.address"][..],
             extra,
             &[
-                "now",
                 "replace request header x-crawler-class",
                 "get response header :status",
             ][..],
         ]
         .concat();
         assert_eq!(p.host.host_calls, want, "{layout}");
+        assert_eq!(p.worker.clock.coarse_ns(), Some(T0));
         // Requests 2..=35: leases run out at requests 18 and 35, each time one read and one
         // write per limit.
         assert_eq!(p.host.store.calls.get(), 0);
@@ -1232,6 +1236,9 @@ fn the_allow_path_host_calls_and_a_shared_round_trip_every_17_requests() {
             p.respond(ctx, &[(":status", "200")], false);
         }
         assert_eq!(p.host.store.calls.get(), 2 * 4);
+        // The clock only for the requests that went to the shared buckets (18 and 35).
+        let clock_reads = p.host.host_calls.iter().filter(|c| *c == "now").count();
+        assert_eq!(clock_reads, 2, "{layout}");
         assert_eq!(p.counter("crawlguard.class.human.allowed"), 35);
     }
 }

@@ -27,6 +27,7 @@
 // Cargo.toml: no unwrap, expect, panic or indexing outside tests; each local exception says
 // why it cannot fail.
 
+pub mod clock;
 pub mod config;
 pub mod fleet;
 pub mod host;

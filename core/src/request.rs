@@ -14,12 +14,12 @@
 //! crawlguard itself is never rewritten. `filter.rs` only translates callbacks into these
 //! calls.
 
+use crate::clock::{OnHost, WorkerClock};
 use crate::config::Config;
 use crate::host::{ContextId, Host, LocalReply};
 use crate::identity::browser_checks;
 use crate::identity::class::Class;
 use crate::identity::verification::{VerificationState, VerifyParts};
-use crate::identity::verifier_flights::Waiter;
 use crate::limits::limiter::{Decision, Limiter, Place, RequestKeys, Reservation};
 use crate::log_limit::WarnEvery10s;
 use crate::metrics::{Metrics, PerKey};
@@ -34,6 +34,7 @@ mod exempt;
 mod facts;
 mod response_path;
 
+pub use claim::resume;
 use claim::verify_claim;
 pub use facts::{path_only, Facts};
 pub use response_path::parse_cost;
@@ -59,6 +60,8 @@ pub struct RequestParts<'a> {
     pub jitter: &'a Jitter,
     /// Shared-store trouble warnings.
     pub store_warning: &'a WarnEvery10s,
+    /// The worker's last reading of the host's clock.
+    pub clock: &'a WorkerClock,
 }
 
 impl<'a> RequestParts<'a> {
@@ -239,11 +242,17 @@ impl RequestState {
         self.client_prefix = facts.client_prefix;
         // A binary search over the catalog's ids: no allocation on the allow path.
         let bot_ids = w.metrics.per_key.bot(bot);
-        let Some(now) = host.now_ns() else {
-            PerKey::record_bot(bot_ids, false, &mut |id| host.increment(id));
-            return self.forward(cfg, host, class, Vec::new());
-        };
-        if cfg.shedding.enabled {
+        // The clock is read when the decision touches shared state or needs exact time
+        // (crate::clock); a worker that never read it reads it now.
+        let mut exact = None;
+        if w.clock.coarse_ns().is_none() || cfg.shedding.enabled {
+            let Some(now) = w.clock.exact_ns(host) else {
+                PerKey::record_bot(bot_ids, false, &mut |id| host.increment(id));
+                return self.forward(cfg, host, class, Vec::new());
+            };
+            exact = Some(now);
+        }
+        if let (true, Some(now)) = (cfg.shedding.enabled, exact) {
             self.sent_at_ns = Some(now);
             if w.shedder.is_shed(w.cfg, class, facts.route) {
                 if let Some(step) = self.shed(w, host, class, facts) {
@@ -275,18 +284,23 @@ impl RequestState {
             verified_claim: facts.claimed == Some(class)
                 && cfg.verifier.on_error == crate::config::OnError::UnverifiedBot,
         };
+        let mut env = OnHost {
+            host,
+            clock: w.clock,
+            exact,
+        };
         let mut out = match w.limiter.try_borrow_mut() {
-            Ok(mut lim) => crate::limits::decision::decide(
+            Ok(mut lim) => crate::limits::decision::decide_in(
                 cfg,
                 &mut lim,
-                host.shared_data(),
+                &mut env,
                 &keys,
                 class,
-                now,
                 &mut || w.jitter.next_u32(),
             ),
             Err(_) => return self.forward(cfg, host, class, Vec::new()),
         };
+        let now = env.time_ns();
         w.metrics.record(class, &out, &mut |id| host.increment(id));
         let rejected = matches!(out.decision, Decision::Limited(_));
         PerKey::record_bot(bot_ids, rejected, &mut |id| host.increment(id));
@@ -478,23 +492,6 @@ impl RequestState {
         {
             *sent = host.now_ns().unwrap_or(*sent);
         }
-    }
-}
-
-/// Resumes a request paused on a verdict, with `class` (root side; the request may be gone,
-/// or already resumed, in which case nothing happens).
-pub fn resume(w: RequestParts<'_>, host: &mut dyn Host, waiter: &Waiter<Handle>, class: Class) {
-    let Some(rc) = waiter.handle.upgrade() else {
-        return;
-    };
-    let Ok(mut state) = rc.try_borrow_mut() else {
-        return;
-    };
-    if !state.is_awaiting_verdict() || host.switch_to(waiter.context).is_err() {
-        return;
-    }
-    if state.on_verdict(w, host, class) == Some(Step::Continue) {
-        let _ = host.resume_request();
     }
 }
 

@@ -5,6 +5,7 @@
 //! wake-up to dispatch verifier callouts, a callout's answer, the periodic tick, and going
 //! away.
 
+use crate::clock::WorkerClock;
 use crate::config::Config;
 use crate::fleet::sync::{self, SyncParts, SyncState};
 use crate::host::{Host, TICK_MS};
@@ -39,6 +40,8 @@ pub struct Worker {
     pub store_warning: WarnEvery10s,
     /// Retry-After jitter.
     pub jitter: Jitter,
+    /// The last reading of the host's clock ([`crate::clock`]).
+    pub clock: WorkerClock,
 }
 
 /// Builds the worker for a validated configuration, as every driver must (the filter's
@@ -95,6 +98,7 @@ impl Worker {
             metrics,
             store_warning: WarnEvery10s::default(),
             jitter: Jitter::new(seed),
+            clock: WorkerClock::default(),
             cfg,
         }
     }
@@ -109,6 +113,7 @@ impl Worker {
             shedder: &self.shedder,
             jitter: &self.jitter,
             store_warning: &self.store_warning,
+            clock: &self.clock,
         }
     }
 
@@ -167,7 +172,7 @@ impl Worker {
     /// Root: the wake-up arrived; dispatch queued callouts.
     pub fn on_wake(&self, host: &mut dyn Host) {
         self.verifier.wake_arrived();
-        let now = host.now_ns().unwrap_or(0);
+        let now = self.clock.exact_ns(host).unwrap_or(0);
         let mut resumed = verifier_callouts::dispatch_queued(self.verify_parts(), host, now);
         resumed.extend(signature_callouts::dispatch_queued(
             self.verify_parts(),
@@ -209,7 +214,7 @@ impl Worker {
         status: Option<&[u8]>,
         body: &[u8],
     ) {
-        let now = host.now_ns().unwrap_or(0);
+        let now = self.clock.exact_ns(host).unwrap_or(0);
         if sync::on_response(self.sync_parts(), host, token, status, body, now) {
             return;
         }
@@ -253,7 +258,8 @@ impl Worker {
         // give-backs held back are written and the places in flight of live requests are
         // renewed (crate::limits::in_flight).
         self.tend_places(host);
-        if let Some(now) = host.now_ns() {
+        // The tick's reading is what requests decided in memory go by (crate::clock).
+        if let Some(now) = self.clock.exact_ns(host) {
             if self.cfg.fleet.enabled {
                 sync::tick(self.sync_parts(), host, now, tick_ns);
             }

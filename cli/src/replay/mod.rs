@@ -299,6 +299,9 @@ impl Replay {
         let now = self.clock(r.ts_ms);
         self.end_streams_until(now);
         self.proxy.host.now_ns = now;
+        // Envoy's root tick keeps the worker's last clock reading within one tick of the
+        // wall clock (core/src/clock.rs); the replay has no ticks, so each record does.
+        self.proxy.worker.clock.observe(now);
         self.downstream.clear();
         match r.client {
             // An address as logged: the filter's own parser reads it (with or without a

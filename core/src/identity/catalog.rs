@@ -157,12 +157,22 @@ impl BuiltinBrowserCheck {
 }
 
 /// The index just past the first ASCII-case-insensitive occurrence of `needle` in `hay`.
+/// The first byte is compared before the rest: this runs for every browser token and excuse
+/// on every browser request (a whole-window comparison at each position cost the module
+/// about as much as the rest of the browser checks, bench/profile.md).
 fn find_ascii_ci(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() {
+    let Some((first, rest)) = needle.split_first() else {
         return Some(0);
-    }
-    hay.windows(needle.len())
-        .position(|w| w.eq_ignore_ascii_case(needle))
+    };
+    let first = first.to_ascii_lowercase();
+    let last_start = hay.len().checked_sub(needle.len())?;
+    (0..=last_start)
+        .find(|&i| {
+            hay.get(i).is_some_and(|b| b.to_ascii_lowercase() == first)
+                && hay
+                    .get(i + 1..i + needle.len())
+                    .is_some_and(|w| w.eq_ignore_ascii_case(rest))
+        })
         .map(|p| p + needle.len())
 }
 
@@ -213,6 +223,26 @@ pub fn builtin_bot_ids() -> impl Iterator<Item = &'static str> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn find_ascii_ci_is_a_case_insensitive_substring_search() {
+        fn naive(hay: &[u8], needle: &[u8]) -> Option<usize> {
+            if needle.is_empty() {
+                return Some(0);
+            }
+            hay.windows(needle.len())
+                .position(|w| w.eq_ignore_ascii_case(needle))
+                .map(|p| p + needle.len())
+        }
+        let hays: [&[u8]; 5] = [b"", b"Chrome/124 Safari", b"xCHROME/", b"chrom", b"aAaAb"];
+        let needles: [&[u8]; 6] = [b"", b"chrome/", b"Safari", b"x", b"aab", b"chromex"];
+        for h in hays {
+            for n in needles {
+                assert_eq!(super::find_ascii_ci(h, n), naive(h, n), "{h:?} {n:?}");
+            }
+        }
+        assert_eq!(super::find_ascii_ci(b"xCHROME/1", b"chrome/"), Some(8));
+    }
     use super::*;
 
     fn builtin() -> Vec<BotEntry> {

@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod class;
 pub mod classify;
 pub mod client_ip;
+pub mod local_verdicts;
 pub mod nonce_store;
 pub mod published_ranges;
 pub mod signature_callouts;

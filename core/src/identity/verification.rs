@@ -12,11 +12,12 @@
 use crate::config::{Config, OnError};
 use crate::host::Host;
 use crate::identity::class::Class;
+use crate::identity::local_verdicts::LocalVerdicts;
 use crate::identity::nonce_store::NonceStore;
 use crate::identity::published_ranges::RangesState;
 use crate::identity::signature_checks::SignatureChecks;
 use crate::identity::verdict_cache::{ClaimEntry, VerdictCache};
-use crate::identity::verifier_answer::{self, VerifyError};
+use crate::identity::verifier_answer::{self, Verdict, VerifyError};
 use crate::identity::verifier_flights::{Claim, Flights, Joined, Waiter};
 use crate::log_limit::WarnEvery10s;
 use crate::metrics::{Metrics, VerifyEvent};
@@ -34,6 +35,9 @@ pub(crate) const NS_PER_MS: u64 = 1_000_000;
 pub struct VerificationState<W> {
     /// Crawler verdicts and per-prefix spoofed counts (shared data).
     pub verdicts: VerdictCache,
+    /// This worker's copies of warm verified verdicts
+    /// ([`crate::identity::local_verdicts`]).
+    pub local: RefCell<LocalVerdicts>,
     /// Verifier callouts in flight on this worker and the requests paused on them.
     pub flights: RefCell<Flights<W>>,
     /// The sidecar's published ranges in use and their fetch
@@ -55,6 +59,7 @@ impl<W> VerificationState<W> {
     pub fn new(cfg: &Config) -> VerificationState<W> {
         VerificationState {
             verdicts: VerdictCache::new(cfg.verifier.cache_slots, cfg.store.cas_retries),
+            local: RefCell::new(LocalVerdicts::default()),
             flights: RefCell::new(Flights::default()),
             ranges: RefCell::new(RangesState::default()),
             signatures: RefCell::new(SignatureChecks::default()),
@@ -145,6 +150,11 @@ pub(crate) fn cached<W: Clone>(
         .verdicts
         .claim(host.shared_data(), claim.fp, now_ns);
     if let Some(v) = entry.and_then(|e| e.fresh(now_ns)) {
+        if let (Some(e), Verdict::Verified) = (entry, v) {
+            if let Ok(mut l) = w.verifier.local.try_borrow_mut() {
+                l.put_verified(claim.fp, now_ns, e.fresh_until_ns);
+            }
+        }
         return Some((
             verifier_answer::class_for(v, claim.bot_class),
             VerifyEvent::CacheHit,

@@ -47,6 +47,14 @@ fn record_answer<W: Clone>(
         fresh_until,
         stale_for,
     );
+    // This worker's copy follows its own answer at once (other workers' within
+    // local_verdicts::REFRESH_NS).
+    if let Ok(mut l) = w.verifier.local.try_borrow_mut() {
+        match answer.verdict {
+            Verdict::Verified => l.put_verified(claim.fp, now_ns, fresh_until),
+            _ => l.forget(claim.fp),
+        }
+    }
     if answer.verdict == Verdict::Spoofed && cfg.max_spoofed_per_prefix > 0 {
         let _ = w
             .verifier

@@ -3,14 +3,15 @@
 //! header, [`key_values`]), and what is given back when one rejects. The buckets, their
 //! keys and the store they live in are the [`Limiter`]'s (`limiter.rs`).
 
+use crate::clock::{At, DecisionEnv};
 use crate::config::{Config, ExemptLimit, KeyKind, Limit, Mode};
 use crate::identity::class::Class;
 use crate::identity::client_ip;
 use crate::limits::bucket_key::{key_values, KeyPart, MAX_KEY_VALUES};
 use crate::limits::escalation::Visit;
 use crate::limits::limiter::{
-    Charge, Charged, Decision, KeyRules, LimitResult, Limiter, OverLimit, Place, RequestKeys,
-    Reservation, StoreEvents,
+    Charge, Charged, Decision, KeyRules, LimitResult, Limiter, OverLimit, Place, Placed,
+    RequestKeys, Reservation, StoreEvents,
 };
 use crate::response::rejection;
 use crate::store::SharedData;
@@ -41,6 +42,21 @@ pub fn decide(
     req: &RequestKeys<'_>,
     class: Class,
     now_ns: u64,
+    random: &mut dyn FnMut() -> u32,
+) -> LimitResult {
+    decide_in(cfg, limiter, &mut At { store, now_ns }, req, class, random)
+}
+
+/// [`decide`] with its shared data and time from `env`: the exact time is asked for only
+/// when a charge touches shared state; a leased token is spent by the worker's last clock
+/// reading ([`crate::clock`]), so a request every limit of which a lease serves reads no
+/// clock.
+pub fn decide_in(
+    cfg: &Config,
+    limiter: &mut Limiter,
+    env: &mut dyn DecisionEnv,
+    req: &RequestKeys<'_>,
+    class: Class,
     random: &mut dyn FnMut() -> u32,
 ) -> LimitResult {
     let route = req.route;
@@ -96,7 +112,8 @@ pub fn decide(
         if let Some(c) = &limit.cost {
             let client = req.client.map(client_ip::concurrency_prefix);
             let fk = limiter.key(&limit.name, &[KeyPart::FlightsOf(client)]);
-            match limiter.take_flight(store, fk, now_ns, c.max_in_flight, &mut events) {
+            let now_ns = env.exact_ns();
+            match limiter.take_flight(env.store(), fk, now_ns, c.max_in_flight, &mut events) {
                 Ok(f) => flight = f,
                 Err(()) => {
                     let over = OverLimit {
@@ -133,16 +150,26 @@ pub fn decide(
                 leasable: !is_shadow && limit.cost.is_none(),
                 per_envoy: false,
             };
-            let (c, v, at) = limiter.charge(
-                store,
-                key,
-                now_ns,
-                (i, limit),
-                n,
-                (class, policy),
-                rules,
-                &mut events,
-            );
+            let (c, v, at) =
+                if limiter.spend_lease(key, (i, limit), n, rules.leasable, env.coarse_ns()) {
+                    let leased = Charged::Allowed {
+                        tokens: 1,
+                        place: None,
+                    };
+                    (leased, Visit::Unremarkable, Some(Placed::Lease))
+                } else {
+                    let now_ns = env.exact_ns();
+                    limiter.charge(
+                        env.store(),
+                        key,
+                        now_ns,
+                        (i, limit),
+                        n,
+                        (class, policy),
+                        rules,
+                        &mut events,
+                    )
+                };
             visit = match (visit, v) {
                 (Visit::Ignored, _) | (_, Visit::Ignored) => Visit::Ignored,
                 (Visit::Honoured, _) | (_, Visit::Honoured) => Visit::Honoured,
@@ -178,7 +205,8 @@ pub fn decide(
                         in_flight: limit.max_in_flight.filter(|_| in_flight),
                     };
                     if let Some(f) = flight.take() {
-                        limiter.release_place(store, f, now_ns);
+                        let now_ns = env.exact_ns();
+                        limiter.release_place(env.store(), f, now_ns);
                     }
                     if is_shadow {
                         shadow = Some(Decision::ShadowLimited(over));
@@ -192,17 +220,17 @@ pub fn decide(
         }
         // A flight no reservation took (nothing charged where it can be settled).
         if let Some(f) = flight.take() {
-            limiter.release_place(store, f, now_ns);
+            let now_ns = env.exact_ns();
+            limiter.release_place(env.store(), f, now_ns);
         }
     }
     let (reservations, places) = settle(
         cfg,
         limiter,
-        store,
+        env,
         &charged,
         decision != Decision::Allowed,
         shadow.is_some(),
-        now_ns,
     );
     limiter.charged = charged;
     if let (Decision::Allowed, Some(hit)) = (decision, shadow) {
@@ -277,11 +305,10 @@ pub fn decide_exempt(
 fn settle(
     cfg: &Config,
     limiter: &mut Limiter,
-    store: &dyn SharedData,
+    env: &mut dyn DecisionEnv,
     charged: &[Charge],
     rejected: bool,
     shadow_hit: bool,
-    now_ns: u64,
 ) -> (Vec<Reservation>, Vec<Place>) {
     let mut reservations = Vec::new();
     let mut places = Vec::new();
@@ -296,6 +323,13 @@ fn settle(
         };
         let rate = limit.bucket.map(|b| limiter.local_rate(b.rate));
         if rejected || (in_shadow && shadow_hit) {
+            // A leased token goes back into its lease: no time, no shared data.
+            let now_ns = if r.at == Placed::Lease {
+                env.coarse_ns()
+            } else {
+                env.exact_ns()
+            };
+            let store = env.store();
             match (rate, limit.cost.is_some()) {
                 (Some(rate), true) => {
                     // Everything back, and the reservation's flight ends unlearned.

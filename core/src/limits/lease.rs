@@ -29,7 +29,11 @@ use crate::store::StateKey;
 pub const MAX_LEASE: u32 = 16;
 
 /// How long a lease may be spent after it was taken, ns (one root tick,
-/// `host::TICK_MS`; the tick gives it back anyway).
+/// `host::TICK_MS`; the tick gives it back anyway). Its age is judged by the worker's last
+/// clock reading ([`crate::clock`]: a request spending a leased token reads no clock), which
+/// lags the wall clock by up to one tick period, so in wall time a lease is spent until the
+/// worker's next root tick gives it back: at most `TICK_MS` after it was taken while Envoy
+/// runs the tick on time, as long as the tick is late otherwise.
 pub const LEASE_TTL_NS: u64 = crate::host::TICK_MS as u64 * 1_000_000;
 
 /// Most leases one worker holds at once (one per hot key and limit); a new lease beyond

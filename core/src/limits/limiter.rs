@@ -240,6 +240,28 @@ impl Limiter {
         }
     }
 
+    /// Whether a charge of `n` tokens under `limit` may be served by (and take) a lease
+    /// ([`crate::limits::lease`]): one token, a bucket, no places in flight, outside fleet
+    /// mode (and the caller's `KeyRules::leasable`).
+    fn may_lease(&self, limit: &Limit, n: u32) -> bool {
+        n == 1 && self.fleet.is_none() && limit.max_in_flight.is_none() && limit.bucket.is_some()
+    }
+
+    /// Spends one leased token of `key` under limit `limit_idx` for a charge of `n` tokens
+    /// that may be served by one (`leasable`: the caller's `KeyRules::leasable`): true if
+    /// there was one at `now_ns` (the worker's last clock reading is enough: the tick gives
+    /// leases back).
+    pub(crate) fn spend_lease(
+        &mut self,
+        key: StateKey,
+        (limit_idx, limit): (usize, &Limit),
+        n: u32,
+        leasable: bool,
+        now_ns: u64,
+    ) -> bool {
+        leasable && self.may_lease(limit, n) && self.leases.spend(key, limit_idx, now_ns)
+    }
+
     /// Takes `n` tokens from `key`'s bucket under `limit`, for a request of `class` with
     /// `policy`, and with `limit.max_in_flight` one of the key's places in flight, in the
     /// same write ([`crate::limits::in_flight`]): a key whose places are all taken is
@@ -281,8 +303,7 @@ impl Limiter {
             }
         });
         let max_in_flight = limit.max_in_flight;
-        let leasable =
-            leasable && n == 1 && self.fleet.is_none() && max_in_flight.is_none() && rate.is_some();
+        let leasable = leasable && self.may_lease(limit, n);
         if leasable && self.leases.spend(key, limit_idx, now_ns) {
             return (
                 Charged::Allowed {

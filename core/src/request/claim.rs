@@ -20,13 +20,6 @@ pub(super) fn verify_claim(
     bot_id: &str,
     bot_class: Class,
 ) -> Option<Class> {
-    let Some(now) = host.now_ns() else {
-        // No clock: no cache, no deadline. Decide as a verifier error would.
-        return Some(match w.cfg.verifier.on_error {
-            crate::config::OnError::UnverifiedBot => Class::UnverifiedBot,
-            crate::config::OnError::ClaimedClass => bot_class,
-        });
-    };
     // The claim is about the full address; the prefix groups it like the buckets do.
     let Some(ip) = facts.client_ip else {
         return Some(Class::UnverifiedBot);
@@ -55,6 +48,29 @@ pub(super) fn verify_claim(
             l.prefix_fingerprint(prefix),
         ),
         Err(_) => return Some(Class::UnverifiedBot),
+    };
+    // A warm verified verdict this worker copied: no shared data, no clock read (the
+    // worker's last reading; crate::identity::local_verdicts states the bound).
+    let copied = w.clock.coarse_ns().is_some_and(|t| {
+        w.verifier
+            .local
+            .try_borrow_mut()
+            .is_ok_and(|mut l| l.verified(fp, t))
+    });
+    if copied {
+        w.metrics
+            .count_verify(host, crate::metrics::VerifyEvent::CacheHit);
+        return Some(crate::identity::verifier_answer::class_for(
+            crate::identity::verifier_answer::Verdict::Verified,
+            bot_class,
+        ));
+    }
+    let Some(now) = w.clock.exact_ns(host) else {
+        // No clock: no cache, no deadline. Decide as a verifier error would.
+        return Some(match w.cfg.verifier.on_error {
+            crate::config::OnError::UnverifiedBot => Class::UnverifiedBot,
+            crate::config::OnError::ClaimedClass => bot_class,
+        });
     };
     let claim = Claim {
         fp,
@@ -105,5 +121,22 @@ impl RequestState {
                 Ok(Step::Pause)
             }
         }
+    }
+}
+
+/// Resumes a request paused on a verdict, with `class` (root side; the request may be gone,
+/// or already resumed, in which case nothing happens).
+pub fn resume(w: RequestParts<'_>, host: &mut dyn Host, waiter: &Waiter<Handle>, class: Class) {
+    let Some(rc) = waiter.handle.upgrade() else {
+        return;
+    };
+    let Ok(mut state) = rc.try_borrow_mut() else {
+        return;
+    };
+    if !state.is_awaiting_verdict() || host.switch_to(waiter.context).is_err() {
+        return;
+    }
+    if state.on_verdict(w, host, class) == Some(Step::Continue) {
+        let _ = host.resume_request();
     }
 }
