@@ -170,7 +170,7 @@ fn invalid_configurations_exit_1_with_the_filters_message() {
         text(&out.stderr)
     );
     assert!(text(&out.stdout)
-        .contains("api-route.json: configuration: ok (mode enforce, 22 limits, 1 routes"));
+        .contains("api-route.json: configuration: ok (mode enforce, 23 limits, 1 routes"));
     let out = check(&["/nonexistent.json"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("/nonexistent.json"));
