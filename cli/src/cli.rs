@@ -221,6 +221,10 @@ fn report_cmd(a: &ReportArgs, out: &mut dyn Write) -> i32 {
             return 1;
         }
     };
+    if let Some(e) = report::gate::unknown_subject(&a.fail_if, &cfg) {
+        eprintln!("crawlguard report: {e}");
+        return 2;
+    }
     let baseline = match a.baseline.as_ref().map(|p| read_baseline(p)).transpose() {
         Ok(b) => b,
         Err(e) => {

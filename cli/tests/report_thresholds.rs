@@ -103,6 +103,36 @@ fn malformed_expressions_are_refused_with_exit_status_2() {
 }
 
 #[test]
+fn a_bot_or_route_the_configuration_does_not_know_is_refused_with_exit_status_2() {
+    // A typo would otherwise pass every night as "no requests".
+    let (code, out, err) = report(&["--fail-if", "bot:googelbot.rejected_share > 1%"]);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(
+        err.starts_with(
+            "crawlguard report: --fail-if \"bot:googelbot.rejected_share > 1%\": unknown bot id \"googelbot\""
+        ),
+        "{err}"
+    );
+    let (code, out, err) = report(&["--fail-if", "route:api.share_429 > 1%"]);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(
+        err.contains(
+            "unknown route \"api\" (routes: default; give the configuration's with --config)"
+        ),
+        "{err}"
+    );
+    // Known ones pass: a catalog bot, the non-browser id, the default route.
+    for expr in [
+        "bot:googlebot.requests > 1000",
+        "bot:non-browser.requests > 1000",
+        "route:default.share_5xx > 50%",
+    ] {
+        let (code, out, err) = report(&["--fail-if", expr]);
+        assert_eq!(code, 0, "{expr}: {out}{err}");
+    }
+}
+
+#[test]
 fn a_baseline_flags_classes_that_moved_more_than_max_change() {
     let dir = tempfile::tempdir().expect("tmp");
     let (code, today, _) = report(&["--json"]);

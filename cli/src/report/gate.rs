@@ -155,6 +155,43 @@ SUBJECT: a class, bot:ID or route:NAME; METRIC: requests, rejected_share, succes
 share_429, share_503, share_5xx, ttfb_p50_ms, ttfb_p95_ms, ttfb_p99_ms; OP: > >= < <=; \
 VALUE: a number, with % for a share";
 
+/// The first threshold whose `bot:` or `route:` subject `cfg` does not know, as an error
+/// naming what it does know: a typo must not turn a cron job's check into a silent
+/// "no requests" pass.
+pub fn unknown_subject(
+    thresholds: &[Threshold],
+    cfg: &crawlguard_core::config::Config,
+) -> Option<String> {
+    thresholds.iter().find_map(|t| match &t.subject {
+        Subject::Bot(id) => {
+            let entries = cfg.classifier.entries();
+            let agents = &cfg.signed_agents.agents;
+            let known = entries.iter().any(|e| &e.id == id)
+                || cfg.classifier.non_browser().id == *id
+                || agents.iter().any(|a| &a.id == id);
+            (!known).then(|| {
+                format!(
+                    "--fail-if {:?}: unknown bot id {id:?} (the configuration's bots, e.g. \
+                     googlebot, bingbot, gptbot; `crawlguard classify <User-Agent>` names one)",
+                    t.text
+                )
+            })
+        }
+        Subject::Route(name) => {
+            let names: Vec<&str> = (0..=cfg.routes.len()).map(|i| cfg.route_name(i)).collect();
+            (!names.contains(&name.as_str())).then(|| {
+                format!(
+                    "--fail-if {:?}: unknown route {name:?} (routes: {}; give the \
+                     configuration's with --config)",
+                    t.text,
+                    names.join(", ")
+                )
+            })
+        }
+        Subject::Class(_) => None,
+    })
+}
+
 /// Parses a `--fail-if` expression; the error says what is wrong and the grammar.
 pub fn parse(expr: &str) -> Result<Threshold, String> {
     let text = expr.trim();
