@@ -176,6 +176,30 @@ fn a_baseline_flags_classes_that_moved_more_than_max_change() {
         err.contains("not a `crawlguard report --json` document"),
         "{err}"
     );
+    // A report shape with nothing to compare, or with nonsense in it: refused, not a pass.
+    for (doc, why) in [
+        (
+            r#"{"schema":"crawlguard.report/v1"}"#,
+            "no classes to compare",
+        ),
+        (
+            r#"{"schema":"crawlguard.report/v1","classes":[{"class":"human","requests":-5}]}"#,
+            "classes[0].requests: not a whole number of requests",
+        ),
+        (
+            r#"{"schema":"crawlguard.report/v1","classes":[{"class":"human","requests":5,"share":{"2xx":1e308}}]}"#,
+            "classes[0].share.2xx: not a share in 0..1",
+        ),
+        (
+            r#"{"schema":"crawlguard.report/v1","classes":[{"class":"human","requests":5},{"class":"human","requests":6}]}"#,
+            "classes[1]: class \"human\" listed twice",
+        ),
+    ] {
+        let f = write_tmp(&dir, "odd.json", doc);
+        let (code, out, err) = report(&["--baseline", &f]);
+        assert_eq!((code, out.as_str()), (2, ""), "{doc}: {err}");
+        assert!(err.contains(why), "{doc}: {err}");
+    }
     let (code, _, err) = report(&["--baseline", "/nonexistent/yesterday.json"]);
     assert_eq!(code, 2, "{err}");
     assert!(

@@ -469,7 +469,7 @@ mod tests {
         // other), two counters each.
         assert_eq!(
             n.len(),
-            9 * 12 + 3 + 5 + 14 + 4 + 14 + 5 + 2 + 1 + 2 + 21 * 2 + 163 * 2
+            9 * 12 + 3 + 5 + 15 + 4 + 14 + 5 + 2 + 1 + 2 + 21 * 2 + 163 * 2
         );
         assert_eq!(n[0], "crawlguard.class.search_crawler.allowed");
         assert_eq!(n[4], "crawlguard.class.search_crawler.malformed");
@@ -484,14 +484,14 @@ mod tests {
         );
         assert_eq!(n[115], "crawlguard.browser_check.network.inconsistent");
         assert_eq!(n[116], "crawlguard.signature.verified");
-        assert_eq!(n[130], "crawlguard.route.api.limited");
-        assert_eq!(n[131], "crawlguard.route.default.limited");
-        assert_eq!(n[156], "crawlguard.rewrite.status_503");
-        assert_eq!(n[157], "crawlguard.limit.human_per_ip.limited");
-        assert_eq!(n[158], "crawlguard.limit.human_per_ip.shadow_limited");
+        assert_eq!(n[131], "crawlguard.route.api.limited");
+        assert_eq!(n[132], "crawlguard.route.default.limited");
+        assert_eq!(n[157], "crawlguard.rewrite.status_503");
+        assert_eq!(n[158], "crawlguard.limit.human_per_ip.limited");
+        assert_eq!(n[159], "crawlguard.limit.human_per_ip.shadow_limited");
         // Bot ids sorted (binary search), `other` last.
-        assert_eq!(n[199], "crawlguard.bot.360spider.requests");
-        assert_eq!(n[200], "crawlguard.bot.360spider.rejected");
+        assert_eq!(n[200], "crawlguard.bot.360spider.requests");
+        assert_eq!(n[201], "crawlguard.bot.360spider.rejected");
         assert_eq!(
             n.get(n.len() - 2).map(String::as_str),
             Some("crawlguard.bot.other.rejected")
