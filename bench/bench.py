@@ -22,6 +22,9 @@ listener, same upstream):
                    request and time per verification are reported too
   11 cg_in_flight 4 with a concurrency limit per address far from its cap (max_in_flight
                    10,000): the cost of counting requests in flight (issue 23)
+  12 cg_signals_off 9's client (a Chrome with its fetch metadata, client hints, JA4 and ASN
+                   headers) with no signal configured: 9 against 12 is what the signals
+                   cost, apart from Envoy's work on the headers such a client sends anyway
 
 Each (concurrency, configuration) is measured in several rounds, configurations alternated
 within a round, so the ratios come from figures taken together. Load: wrk on loopback.
@@ -383,6 +386,11 @@ CONFIGS = {
         limit("human_per_ip", "human", BIG, BIG), limit("all_global", "*", BIG, BIG, "global"),
         {"name": "human_in_flight", "class": "human", "route": "*", "max_in_flight": 10_000,
          "key": "client_ip"}]})), "", UA_CHROME),
+    # cg_signals' client (the same request headers) with no signal configured: what the
+    # signals themselves cost, apart from Envoy's work on the extra headers a browser sends.
+    "cg_signals_off": (wasm_filter(CG_WASM, json.dumps({
+        "limits": [limit("human_per_ip", "human", BIG, BIG),
+                   limit("all_global", "*", BIG, BIG, "global")]})), "", CHROME_WITH_SIGNALS),
 }
 
 WBA = os.path.join(ROOT, "integration/scripts/web_bot_auth.py")
