@@ -6,6 +6,7 @@
 //! ([`Heavy`], client names cut to [`CLIENT_NAME_BYTES`]), the User-Agent cache, and the
 //! limit names ([`LIMITS_KEPT`]); lines are read up to [`crate::input::MAX_LINE_BYTES`].
 
+pub mod baseline;
 mod client;
 mod document;
 pub mod gate;
