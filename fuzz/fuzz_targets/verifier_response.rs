@@ -28,7 +28,14 @@ fuzz_target!(|data: &[u8]| {
             // serde_json skips an ignored field's string without checking its UTF-8, so the
             // body is read here the same way: bad bytes become U+FFFD, fields are unchanged.
             let text = String::from_utf8_lossy(body);
-            let v: serde_json::Value = serde_json::from_str(&text).expect("accepted body is JSON");
+            let v: serde_json::Value = match serde_json::from_str(&text) {
+                Ok(v) => v,
+                // serde skips an ignored member's number without converting it, so a body
+                // with an unknown member like `"x":1e999` is accepted; `Value` must convert
+                // it and cannot. Only that error is excused.
+                Err(e) if e.to_string().starts_with("number out of range") => return,
+                Err(e) => panic!("accepted body is not JSON: {e}"),
+            };
             // serde also accepts the fields as an array in declaration order.
             let field = |name: &str, i: usize| match &v {
                 serde_json::Value::Array(a) => a.get(i).cloned().unwrap_or_default(),
