@@ -10,8 +10,8 @@
 //!
 //! Cost: the User-Agent's browser versions are read once ([`browser_versions`]); each check
 //! switched on reads its signal with one host call (a header, or `request.protocol`), and
-//! the TLS attribute only when a check that needs TLS would otherwise fail. A check that is
-//! `off` reads nothing.
+//! the TLS attribute only when a check that needs TLS would otherwise fail; the excuses are
+//! searched for only when a signal failed. A check that is `off` reads nothing.
 
 use crate::config::{parse_asn, BrowserCheckMode, Config};
 use crate::host::Host;
@@ -83,11 +83,15 @@ pub fn judge(cfg: &Config, host: &mut dyn Host, ua: &[u8]) -> BrowserJudgement {
         let mode = cfg.browser_checks.mode(i);
         if mode == BrowserCheckMode::Off
             || (check.secure_only && s.tls == Some(false))
-            || !check.applies_to(ua, &versions)
+            || !check.names_browser(&versions)
         {
             continue;
         }
-        if consistent(cfg, check.signal, check.header, check.secure_only, &mut s) {
+        // The excuses last: a consistent browser, nearly every request, is never searched
+        // for them (the result is the same in either order).
+        if consistent(cfg, check.signal, check.header, check.secure_only, &mut s)
+            || check.excuses(ua)
+        {
             continue;
         }
         out.failed |= 1u32
@@ -211,5 +215,49 @@ mod tests {
         assert_eq!(major_version(b"99999999999"), Some(999_999));
         let v = browser_versions(FIREFOX);
         assert_eq!((v[0], v[1]), (None, Some(128)));
+    }
+
+    #[test]
+    fn browser_versions_are_read_after_each_tokens_first_occurrence() {
+        // The reference: a substring search per token, the version after its first match.
+        fn naive(ua: &[u8]) -> Vec<Option<u32>> {
+            browser_tokens()
+                .iter()
+                .map(|t| {
+                    let t = t.as_bytes();
+                    ua.windows(t.len())
+                        .position(|w| w.eq_ignore_ascii_case(t))
+                        .and_then(|p| major_version(ua.get(p + t.len()..).unwrap_or_default()))
+                })
+                .collect()
+        }
+        let uas: [&[u8]; 12] = [
+            CHROME,
+            FIREFOX,
+            WEBVIEW,
+            SAFARI,
+            b"",
+            b"/",
+            b"chrome/",
+            b"Chrome/ 5 Chrome/7",
+            b"xCHROME/12 firefox/3//",
+            b"Firefox/5 Chrome/9 Firefox/6",
+            b"hrome/1 rome/2 /3",
+            b"Mozilla/5.0 chrome/99999999999 FIREFOX/",
+        ];
+        for ua in uas {
+            let got = browser_versions(ua);
+            assert_eq!(
+                got.get(..browser_tokens().len()).unwrap_or_default(),
+                naive(ua).as_slice(),
+                "{}",
+                String::from_utf8_lossy(ua)
+            );
+        }
+        assert_eq!(browser_versions(b"Chrome/ 5 Chrome/7")[0], None);
+        assert_eq!(
+            browser_versions(b"Firefox/5 Chrome/9 Firefox/6")[1],
+            Some(5)
+        );
     }
 }

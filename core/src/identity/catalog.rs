@@ -125,12 +125,48 @@ pub fn builtin_datacenter_asns() -> &'static [u32] {
 }
 
 /// The major version a User-Agent names after each of [`browser_tokens`] (`None`: not
-/// named), read once per request for every check.
+/// named), read once per request for every check: the version after a token's first
+/// occurrence (ASCII case ignored), `None` when no digit follows it there.
+///
+/// Tokens ending in `/` (every built-in one: `chrome/`, `firefox/`) are found in one pass
+/// over the User-Agent's slashes, a handful per User-Agent, comparing the bytes before each;
+/// any other token by a substring search. This runs on every browser request: a substring
+/// search per token cost the module more than the rest of the browser checks
+/// (bench/profile.md).
 pub fn browser_versions(ua: &[u8]) -> [Option<u32>; MAX_BROWSER_TOKENS] {
     let mut out = [None; MAX_BROWSER_TOKENS];
-    for (slot, token) in out.iter_mut().zip(browser_tokens()) {
-        *slot = find_ascii_ci(ua, token.as_bytes())
-            .and_then(|end| major_version(ua.get(end..).unwrap_or_default()));
+    let mut found = [false; MAX_BROWSER_TOKENS];
+    let tokens = browser_tokens();
+    let version_at = |end: usize| major_version(ua.get(end..).unwrap_or_default());
+    for ((slot, seen), token) in out.iter_mut().zip(found.iter_mut()).zip(tokens) {
+        if !token.ends_with('/') {
+            *seen = true;
+            *slot = find_ascii_ci(ua, token.as_bytes()).and_then(version_at);
+        }
+    }
+    let mut missing = found.iter().take(tokens.len()).filter(|f| !**f).count();
+    let mut at = 0;
+    while missing > 0 {
+        let Some(slash) = ua
+            .get(at..)
+            .and_then(|rest| rest.iter().position(|b| *b == b'/'))
+        else {
+            break;
+        };
+        let end = at + slash + 1;
+        for ((slot, seen), token) in out.iter_mut().zip(found.iter_mut()).zip(tokens) {
+            let t = token.as_bytes();
+            let here = end
+                .checked_sub(t.len())
+                .and_then(|start| ua.get(start..end))
+                .is_some_and(|w| w.eq_ignore_ascii_case(t));
+            if !*seen && here {
+                *seen = true;
+                missing -= 1;
+                *slot = version_at(end);
+            }
+        }
+        at = end;
     }
     out
 }
@@ -140,19 +176,28 @@ impl BuiltinBrowserCheck {
     /// `versions`: it names one of the browsers at its first version or later (or the check
     /// names none), and none of the excuses.
     pub fn applies_to(&self, ua: &[u8], versions: &[Option<u32>; MAX_BROWSER_TOKENS]) -> bool {
-        let named = self.browsers.is_empty()
+        self.names_browser(versions) && !self.excuses(ua)
+    }
+
+    /// Whether the check names one of the browsers of `versions` (a User-Agent's
+    /// [`browser_versions`]) at its first version or later, or names none.
+    pub fn names_browser(&self, versions: &[Option<u32>; MAX_BROWSER_TOKENS]) -> bool {
+        self.browsers.is_empty()
             || self.browsers.iter().any(|(token, min)| {
                 versions
                     .get(*token)
                     .copied()
                     .flatten()
                     .is_some_and(|v| v >= *min)
-            });
-        named
-            && !self
-                .unless
-                .iter()
-                .any(|u| find_ascii_ci(ua, u.as_bytes()).is_some())
+            })
+    }
+
+    /// Whether User-Agent `ua` names one of the check's excuses (`unless`, ASCII case
+    /// ignored). A substring search each: the checks ask only when a signal failed.
+    pub fn excuses(&self, ua: &[u8]) -> bool {
+        self.unless
+            .iter()
+            .any(|u| find_ascii_ci(ua, u.as_bytes()).is_some())
     }
 }
 
