@@ -1243,6 +1243,65 @@ fn the_allow_path_host_calls_and_a_shared_round_trip_every_17_requests() {
     }
 }
 
+/// The host calls that return a buffer (each about 11,000 Envoy instructions per request,
+/// bench/profile.md) are made only for what needs them: the response's `:status` only with
+/// `rewrite` on (the default) or under shedding, and the downstream address only when
+/// `x-forwarded-for` does not give the client (`client_ip.source: xff`).
+#[test]
+fn the_status_and_the_downstream_address_are_read_only_when_needed() {
+    let quiet = r#","browser_checks":{"fetch_metadata":"off","client_hints":"off"}"#;
+    let run = |extra: &str, headers: &[(&str, &str)]| {
+        let layout = ALLOW_LAYOUT.replacen("]}", &format!("]{quiet}{extra}}}"), 1);
+        let mut p = FakeProxy::new(&layout, T0);
+        let mut calls = Vec::new();
+        for _ in 0..2 {
+            p.host.host_calls.clear();
+            let (ctx, step) = p.request(headers, G);
+            assert_eq!(step, Step::Continue);
+            p.respond(ctx, &[(":status", "200")], false);
+            calls = p.host.host_calls.clone();
+        }
+        // The second request: its buckets are leased, so no clock or shared data.
+        (calls, p.counter("crawlguard.class.human.allowed"))
+    };
+    let chrome = [(":path", "/"), ("user-agent", CHROME)];
+    let with_xff = [
+        (":path", "/"),
+        ("user-agent", CHROME),
+        ("x-forwarded-for", "203.0.113.7"),
+    ];
+    let address = "get property source.address";
+    let class = "replace request header x-crawler-class";
+    let status = "get response header :status";
+    let cases: [(&str, &[(&str, &str)], &[&str]); 5] = [
+        ("", &chrome, &[address, class, status]),
+        (
+            r#","rewrite":{"enabled":false}"#,
+            &chrome,
+            &[address, class],
+        ),
+        (
+            r#","rewrite":{"enabled":false},"client_ip":{"source":"xff"}"#,
+            &with_xff,
+            &[class],
+        ),
+        // No forwarded address: the downstream one.
+        (
+            r#","rewrite":{"enabled":false},"client_ip":{"source":"xff"}"#,
+            &chrome,
+            &[address, class],
+        ),
+        // A forwarded address under `source: remote_address` changes nothing.
+        ("", &with_xff, &[address, class, status]),
+    ];
+    for (extra, headers, want) in cases {
+        let (calls, allowed) = run(extra, headers);
+        let want: Vec<&str> = [&["get request headers"][..], want].concat();
+        assert_eq!(calls, want, "{extra} {headers:?}");
+        assert_eq!(allowed, 2, "{extra}");
+    }
+}
+
 /// Leases never admit more than the shared bucket holds: two workers of one Envoy take
 /// turns on one global bucket (burst 1280: leases of 16 while at least 656 tokens stay)
 /// until both reject; exactly 1280 are admitted, and a tick gives unspent leases back.

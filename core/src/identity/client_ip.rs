@@ -42,12 +42,18 @@ pub fn client_ip(
     remote: Option<&[u8]>,
     xff: Option<&[u8]>,
 ) -> Option<IpAddr> {
-    if cfg.source == IpSource::Xff {
-        if let Some(ip) = xff.and_then(|x| from_xff(x, cfg.xff_trusted_hops)) {
-            return Some(ip);
-        }
+    configured_xff(cfg, xff).or_else(|| remote.and_then(parse_addr))
+}
+
+/// The client address the `x-forwarded-for` value `xff` gives under `cfg` (`source: xff`,
+/// the entry `xff_trusted_hops` from the right); `None` under `source: remote_address`, or
+/// when there is no such entry: then the downstream address is the client's
+/// ([`client_ip`]). Read first, so the downstream address is asked for only when needed.
+pub fn configured_xff(cfg: &ClientIpConfig, xff: Option<&[u8]>) -> Option<IpAddr> {
+    if cfg.source != IpSource::Xff {
+        return None;
     }
-    remote.and_then(parse_addr)
+    xff.and_then(|x| from_xff(x, cfg.xff_trusted_hops))
 }
 
 /// The address masked to the configured prefix length: the bucket key of a client.

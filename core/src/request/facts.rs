@@ -43,9 +43,9 @@ pub fn path_only(path: &[u8]) -> &[u8] {
 }
 
 impl Facts {
-    /// Reads the facts of the current request (host calls: `:path`, the downstream
-    /// address, and `x-forwarded-for` when configured; only `:path` for an exempt path when
-    /// `exempt_limit` is off).
+    /// Reads the facts of the current request (host calls: `:path`, `x-forwarded-for` when
+    /// configured, and the downstream address unless that gave the client; only `:path` for
+    /// an exempt path when `exempt_limit` is off).
     pub fn read(cfg: &Config, host: &mut dyn Host) -> Facts {
         let mut path = host.request_header(":path").unwrap_or_default();
         let len = path_only(&path).len();
@@ -70,12 +70,16 @@ impl Facts {
                 claimed: None,
             };
         }
-        let remote = host.downstream_address();
         let xff = match cfg.client_ip.source {
             IpSource::Xff => host.request_header("x-forwarded-for"),
             IpSource::RemoteAddress => None,
         };
-        let client_ip = client_ip::client_ip(&cfg.client_ip, remote.as_deref(), xff.as_deref());
+        // `client_ip::client_ip`'s rule, with the downstream address (a host call that
+        // returns a buffer) read only when the forwarded address does not decide.
+        let client_ip = client_ip::configured_xff(&cfg.client_ip, xff.as_deref()).or_else(|| {
+            host.downstream_address()
+                .and_then(|r| client_ip::parse_addr(&r))
+        });
         Facts {
             route,
             client_ip,
