@@ -191,7 +191,7 @@ impl Signals<'_> {
 }
 
 /// `judge` as of e6a2f65^ (the excuses searched for before the signal is read), with the
-/// substring-search versions.
+/// substring-search versions and the TLS fingerprint judged whatever the connection.
 fn judge_before(cfg: &Config, host: &mut dyn Host, ua: &[u8]) -> BrowserJudgement {
     let mut out = BrowserJudgement::default();
     let checks = builtin_browser_checks();
@@ -206,8 +206,10 @@ fn judge_before(cfg: &Config, host: &mut dyn Host, ua: &[u8]) -> BrowserJudgemen
     };
     for (i, check) in checks.iter().enumerate() {
         let mode = cfg.browser_checks.mode(i);
+        // The one change since: the TLS fingerprint is judged over a plain connection too
+        // (a CDN's), however the checks before it read the connection's TLS.
         if mode == BrowserCheckMode::Off
-            || (check.secure_only && s.tls == Some(false))
+            || (check.secure_only && check.signal != Signal::TlsFingerprint && s.tls == Some(false))
             || !check.applies_to(ua, &versions)
         {
             continue;
@@ -317,7 +319,24 @@ fn case() -> impl Strategy<Value = Case> {
         })
 }
 
-fn config_of(c: &Case) -> Config {
+/// The case's configuration, parsed once per distinct one (3^5 modes x 8 signal settings).
+fn config_of(c: &Case) -> &'static Config {
+    type Key = ([u8; 5], bool, bool, bool);
+    static CONFIGS: std::sync::Mutex<Vec<(Key, &'static Config)>> =
+        std::sync::Mutex::new(Vec::new());
+    let key = (c.modes, c.ja4, c.asn, c.h2);
+    let mut all = CONFIGS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, cfg)) = all.iter().find(|(k, _)| *k == key) {
+        return cfg;
+    }
+    let cfg: &'static Config = Box::leak(Box::new(parse_config_of(c)));
+    all.push((key, cfg));
+    cfg
+}
+
+fn parse_config_of(c: &Case) -> Config {
     let names = ["off", "shadow", "enforce"];
     let ids: Vec<&str> = builtin_browser_checks().iter().map(|c| c.id).collect();
     let modes: Vec<String> = ids
@@ -372,22 +391,24 @@ proptest! {
     #[test]
     fn judge_decides_as_before(c in case()) {
         let cfg = config_of(&c);
-        let before = judge_before(&cfg, &mut host_of(&c), &c.ua);
-        let now = judge(&cfg, &mut host_of(&c), &c.ua);
+        let before = judge_before(cfg, &mut host_of(&c), &c.ua);
+        let now = judge(cfg, &mut host_of(&c), &c.ua);
         prop_assert_eq!(now, before, "{:?}", c);
     }
 }
 
 /// Where TLS ends at a CDN (README, Browser checks: `"ja4_header": "cf-ja4"`), Envoy's own
 /// connection is plain HTTP: an HTTP library with a copied Android WebView User-Agent was
-/// a `suspect_browser` by its handshake before e6a2f65; the excused checks now read the
-/// connection's TLS first, and a plain connection then skips `tls_fingerprint`.
+/// a `suspect_browser` by its handshake before e6a2f65, but the excused checks then read
+/// the connection's TLS first, and a plain connection skipped `tls_fingerprint`; a copied
+/// desktop Chrome User-Agent without `sec-ch-ua` skipped it before e6a2f65 already.
 #[test]
-fn behind_a_cdn_a_webview_user_agent_over_a_library_handshake_is_still_judged() {
+fn behind_a_cdn_a_browser_user_agent_over_a_library_handshake_is_a_suspect_browser() {
+    const CHROME: &str = UAS[0];
     const WEBVIEW: &str = UAS[2];
     const SAMSUNG: &str = UAS[3];
     const PYTHON: &str = "t13d181000_85036bcba153_d41ae481755e";
-    for ua in [WEBVIEW, SAMSUNG] {
+    for ua in [CHROME, WEBVIEW, SAMSUNG] {
         let mut p = FakeProxy::new(r#"{"client_signals":{"ja4_header":"cf-ja4"}}"#, T0);
         p.tls = false;
         let (ctx, _) = p.request(

@@ -66,7 +66,8 @@ pub struct BrowserCheck {
     pub unless: Vec<String>,
     /// Only on a request that came over TLS: browsers send the header only to secure
     /// origins (a potentially trustworthy URL, Fetch Metadata section 2 and Client Hints
-    /// Infrastructure section 3.1); a handshake and ALPN exist only over TLS.
+    /// Infrastructure section 3.1); ALPN exists only over TLS. Never for the TLS fingerprint,
+    /// whose trusted header is itself the evidence of a handshake (Envoy's, or a CDN's).
     pub secure_only: bool,
     /// Key into [`Catalog::sources`].
     pub source: String,
@@ -96,7 +97,8 @@ impl Catalog {
     /// The browser checks' part of [`Catalog::validate`]: unique ids of `[a-z_]{1,32}`, a
     /// lowercase header name exactly for a header check, browsers (lowercase tokens ending
     /// in `/`, at most [`MAX_BROWSER_TOKENS`] distinct ones in all) for every check but a
-    /// network one, `secure_only` for the TLS and HTTP version checks, a known source; then
+    /// network one, `secure_only` for the HTTP version check and not for the TLS fingerprint
+    /// (a CDN's JA4 header comes over plain HTTP), a known source; then
     /// the library fingerprints and datacenter networks. Returns the sources cited.
     pub(super) fn validate_browser_checks(&self) -> Result<Vec<&str>, CatalogError> {
         let mut ids = std::collections::HashSet::new();
@@ -138,8 +140,18 @@ impl Catalog {
             if c.browsers.is_empty() && c.signal != Signal::Network {
                 return err("browsers", "must not be empty".into());
             }
-            if !c.secure_only && matches!(c.signal, Signal::TlsFingerprint | Signal::HttpVersion) {
-                return err("secure_only", "a handshake exists only over TLS".into());
+            // The HTTP version check reads this connection's ALPN. The TLS fingerprint is
+            // not tied to it: its header is the evidence of a handshake, Envoy's or a CDN's
+            // that ends TLS and speaks plain HTTP to Envoy.
+            if !c.secure_only && c.signal == Signal::HttpVersion {
+                return err("secure_only", "ALPN exists only over TLS".into());
+            }
+            if c.secure_only && c.signal == Signal::TlsFingerprint {
+                return err(
+                    "secure_only",
+                    "a JA4 header proves a handshake, a CDN's too: judge it over any connection"
+                        .into(),
+                );
             }
             for b in &c.browsers {
                 if !b.token.ends_with('/') || b.token != b.token.to_ascii_lowercase() {
@@ -214,5 +226,42 @@ impl Catalog {
         self.sources
             .get(key)
             .map_or(key.to_string(), |s| format!("[{}]({})", s.name, s.url))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::catalog::{Catalog, BOTS_JSON};
+
+    /// The built-in catalog with the `secure_only` of check `id` set to `to`.
+    fn with_secure_only(id: &str, to: bool) -> String {
+        let at = BOTS_JSON
+            .find(&format!(r#""id": "{id}""#))
+            .unwrap_or_else(|| panic!("no check {id}"));
+        let (head, tail) = BOTS_JSON.split_at(at);
+        let from = format!(r#""secure_only": {}"#, !to);
+        assert!(tail.contains(&from), "{id} is not {from}");
+        format!(
+            "{head}{}",
+            tail.replacen(&from, &format!(r#""secure_only": {to}"#), 1)
+        )
+    }
+
+    #[test]
+    fn only_the_http_version_check_is_tied_to_this_connections_tls() {
+        assert!(Catalog::parse(BOTS_JSON).is_ok());
+        let refused = |json: String| match Catalog::parse(&json) {
+            Ok(_) => panic!("accepted"),
+            Err(e) => e.0,
+        };
+        assert_eq!(
+            refused(with_secure_only("tls_fingerprint", true)),
+            "browser_checks[2] (tls_fingerprint).secure_only: a JA4 header proves a handshake, \
+             a CDN's too: judge it over any connection"
+        );
+        assert_eq!(
+            refused(with_secure_only("http_version", false)),
+            "browser_checks[3] (http_version).secure_only: ALPN exists only over TLS"
+        );
     }
 }
