@@ -1273,7 +1273,9 @@ fn the_status_and_the_downstream_address_are_read_only_when_needed() {
     let address = "get property source.address";
     let class = "replace request header x-crawler-class";
     let status = "get response header :status";
-    let cases: [(&str, &[(&str, &str)], &[&str]); 5] = [
+    // (configuration added, request headers, host calls after reading the headers)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [&'a str]);
+    let cases: [Case; 5] = [
         ("", &chrome, &[address, class, status]),
         (
             r#","rewrite":{"enabled":false}"#,
