@@ -436,6 +436,7 @@ fn the_cheap_enough_figures_are_the_last_bench_runs() {
         ("cg_allow", "local_rl"),
         ("cg_verified", "cg_allow"),
         ("cg_reject", "cg_allow"),
+        ("cg_signals", "cg_signals_off"),
     ] {
         let want = format!("{:.2}x", median(a) / median(b));
         assert!(
