@@ -53,5 +53,7 @@ MSG
 .venv/bin/envoy -c "$DIR/envoy.yaml" --use-dynamic-base-id --concurrency "${ENVOY_CONCURRENCY:-2}" \
     --log-level warn &
 ENVOY_PID=$!
-trap 'kill "$ENVOY_PID" "$VERIFIER_PID" 2>/dev/null || true' EXIT INT TERM
+scripts/announce-ready.sh "$ENVOY_PID" &
+READY_PID=$!
+trap 'kill "$ENVOY_PID" "$VERIFIER_PID" "$READY_PID" 2>/dev/null || true' EXIT INT TERM
 wait "$ENVOY_PID"

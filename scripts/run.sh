@@ -63,17 +63,7 @@ MSG
 .venv/bin/envoy -c "$DEMO_YAML" --use-dynamic-base-id --concurrency "${ENVOY_CONCURRENCY:-2}" \
     --log-level warn --component-log-level wasm:debug &
 ENVOY_PID=$!
-# Says when Envoy serves (its admin /ready answers LIVE); the lines above work from then on.
-(
-    for _ in $(seq 1200); do
-        kill -0 "$ENVOY_PID" 2>/dev/null || exit 0
-        if curl -sf http://127.0.0.1:9901/ready >/dev/null 2>&1; then
-            echo "crawlguard: ready (http://127.0.0.1:9901/ready is LIVE): try the lines above"
-            exit 0
-        fi
-        sleep 0.5
-    done
-) &
+scripts/announce-ready.sh "$ENVOY_PID" &
 READY_PID=$!
 trap 'kill "$ENVOY_PID" "$VERIFIER_PID" "$READY_PID" 2>/dev/null || true' EXIT INT TERM
 wait "$ENVOY_PID"

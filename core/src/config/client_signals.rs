@@ -70,8 +70,8 @@ impl ClientSignals {
 /// Most ASNs `datacenter_asns` or `not_datacenter_asns` may list.
 const MAX_LISTED_ASNS: usize = 1_000;
 
-/// Validates `client_signals`: header names (valid, not reserved, not `class_header`),
-/// public AS numbers (at most [`MAX_LISTED_ASNS`] per list).
+/// Validates `client_signals`: header names (valid, not reserved, not `class_header`, not a
+/// header a browser check reads), public AS numbers (at most [`MAX_LISTED_ASNS`] per list).
 ///
 /// Errors name the field: `client_signals.asn_header: "x" is reserved`,
 /// `client_signals.datacenter_asns[2]: 64512 is not a public AS number`.
@@ -89,6 +89,21 @@ pub(super) fn compile_client_signals(
             return Err(err(
                 path,
                 "is the class_header, which crawlguard itself sets",
+            ));
+        }
+        // A header a browser sends (and a check reads) cannot also be one only Envoy sets:
+        // the filter before crawlguard would overwrite the browser's, or leave the client's.
+        if let Some(check) = crate::identity::catalog::builtin_browser_checks()
+            .iter()
+            .find(|c| c.header == lower)
+        {
+            return Err(err(
+                path,
+                format!(
+                    "is {lower:?}, which browsers send and the {} check reads: a header only \
+                     Envoy sets needs a name of its own",
+                    check.id
+                ),
             ));
         }
         Ok(Some(lower))

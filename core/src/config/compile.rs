@@ -45,7 +45,12 @@ pub(super) fn compile(raw: RawConfig) -> Result<Config, ConfigError> {
     let exempt_paths = compile_exempt_paths(raw.exempt_paths.unwrap_or_else(default_exempt_paths))?;
     let exempt_limit = compile_exempt_limit(&raw.exempt_limit, raw.mode)?;
     let mut found = warnings::retry_after(&limits, &classes);
-    found.extend(warnings::uncovered_classes(&limits, &raw.routes, raw.mode));
+    found.extend(warnings::uncovered_classes(
+        &limits,
+        &raw.routes,
+        raw.mode,
+        raw.client_signals.asn_header.is_some(),
+    ));
     found.extend(warnings::robots_txt_not_exempt(&exempt_paths));
     found.extend(warnings::home_page_exempt(&exempt_paths));
     compile_store(&raw.store)?;

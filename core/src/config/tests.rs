@@ -1184,6 +1184,57 @@ fn repeated_and_contradictory_values_are_refused_with_their_path() {
         "client_signals.asn_header: is the ja4_header: one header cannot carry both"
     );
 
+    // A trusted header cannot be one a browser sends and a check reads.
+    assert_eq!(
+        parse_err(r#"{"client_signals":{"ja4_header":"Sec-Fetch-Site"}}"#),
+        "client_signals.ja4_header: is \"sec-fetch-site\", which browsers send and the \
+         fetch_metadata check reads: a header only Envoy sets needs a name of its own"
+    );
+    assert_eq!(
+        parse_err(r#"{"client_signals":{"asn_header":"sec-ch-ua"}}"#),
+        "client_signals.asn_header: is \"sec-ch-ua\", which browsers send and the \
+         client_hints check reads: a header only Envoy sets needs a name of its own"
+    );
+
+    // A class whose only limits are keyed by asn, without asn_header: never limited, and
+    // the warning says why. With asn_header, or with another limit, no warning for it.
+    let limit = |name: &str, key: &str| {
+        format!(
+            r#"{{"name":"{name}","class":"suspect_browser","route":"*","rate_per_s":1,"burst":5,"key":{key}}}"#
+        )
+    };
+    let only_asn = format!(
+        r#"{{"limits":[{},{}]}}"#,
+        limit("a", r#""asn""#),
+        limit("b", r#"["asn","path"]"#)
+    );
+    let about = |doc: &str| -> Vec<String> {
+        parse(doc.as_bytes())
+            .expect("valid")
+            .warnings
+            .into_iter()
+            .filter(|w| w.contains("class suspect_browser"))
+            .collect()
+    };
+    let got = about(&only_asn);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got.iter().all(|w| w.starts_with(
+            "limits: no enforced limit covers class suspect_browser: its requests are never \
+             limited (its limits keyed by asn charge no one while client_signals.asn_header \
+             is unset; a configuration's own limits replace all"
+        )),
+        "{got:?}"
+    );
+    let with_header = only_asn.replacen(
+        r#"{"limits""#,
+        r#"{"client_signals":{"asn_header":"x-asn"},"limits""#,
+        1,
+    );
+    assert_eq!(about(&with_header), Vec::<String>::new());
+    let with_ip = only_asn.replacen("[", &format!("[{},", limit("c", r#""client_ip""#)), 1);
+    assert_eq!(about(&with_ip), Vec::<String>::new());
+
     // The home page exempt: legal, warned about with the field.
     let c = parse(br#"{"exempt_paths":["/robots.txt","/"]}"#).expect("valid");
     assert_eq!(

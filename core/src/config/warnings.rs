@@ -63,18 +63,30 @@ pub(super) fn retry_after(limits: &[Limit], classes: &PerClass<ClassPolicy>) -> 
 /// adding a route limit used to drop the `spoofed` and `unverified_bot` protections without
 /// a word. A limit in shadow mode protects nothing and does not count, unless the global
 /// `mode` is `shadow` (then the whole configuration is a trial and its limits count).
-/// Routes are named as in `limits[].route`; `routes.len()` is `default`.
-pub(super) fn uncovered_classes(limits: &[Limit], routes: &[Route], mode: Mode) -> Vec<String> {
+/// Routes are named as in `limits[].route`; `routes.len()` is `default`. Without
+/// `client_signals.asn_header` (`asn_header_set` false) a limit keyed by `asn` covers
+/// nothing: no request's network is known, so it never charges anyone.
+pub(super) fn uncovered_classes(
+    limits: &[Limit],
+    routes: &[Route],
+    mode: Mode,
+    asn_header_set: bool,
+) -> Vec<String> {
     let defaults = default_limits();
     let mut out = Vec::new();
     for class in Class::ALL {
+        let applies = |l: &&Limit, r: usize| {
+            (l.mode == Mode::Enforce || mode == Mode::Shadow)
+                && l.class.is_none_or(|c| c == class)
+                && l.route.is_none_or(|lr| lr == r)
+        };
+        let mut inert_asn_keys = false;
         let uncovered: Vec<&str> = (0..=routes.len())
             .filter(|&r| {
-                !limits.iter().any(|l| {
-                    (l.mode == Mode::Enforce || mode == Mode::Shadow)
-                        && l.class.is_none_or(|c| c == class)
-                        && l.route.is_none_or(|lr| lr == r)
-                })
+                let covering = || limits.iter().filter(|l| applies(l, r));
+                let uncovered = !covering().any(|l| asn_header_set || !l.key.has_asn());
+                inert_asn_keys |= uncovered && covering().any(|l| l.key.has_asn());
+                uncovered
             })
             .map(|r| routes.get(r).map_or(DEFAULT_ROUTE, |rt| rt.name.as_str()))
             .collect();
@@ -104,10 +116,16 @@ pub(super) fn uncovered_classes(limits: &[Limit], routes: &[Route], mode: Mode) 
             .collect();
         out.push(format!(
             "limits: no enforced limit covers class {c}{whereabouts}: its requests{there} are \
-             never limited (a configuration's own limits replace all {n} defaults; the \
+             never limited ({inert}a configuration's own limits replace all {n} defaults; the \
              default for {c}: {theirs})",
             c = class.as_str(),
             there = if whereabouts.is_empty() { "" } else { " there" },
+            inert = if inert_asn_keys {
+                "its limits keyed by asn charge no one while client_signals.asn_header is \
+                 unset; "
+            } else {
+                ""
+            },
             n = defaults.len(),
             theirs = theirs.join(" and "),
         ));
