@@ -371,3 +371,68 @@ async fn replay_decides_the_tls_edges_access_log_as_envoy_did() {
         assert_eq!(replayed(class), envoy(class), "{class}: replay vs Envoy");
     }
 }
+
+/// Behind a CDN that ends TLS and speaks plain HTTP to Envoy (README: `"ja4_header":
+/// "cf-ja4"`), the TLS fingerprint is judged from the CDN's header over a plain connection:
+/// an HTTP library's handshake behind Chrome's User-Agent is a suspect browser whatever
+/// browser headers it adds or leaves out (before, the check was skipped whenever an earlier
+/// check had read that the connection to Envoy is not TLS, so the bare library passed and
+/// the one imitating more headers was caught); Chromium's handshake stays `human`.
+#[tokio::test]
+async fn behind_a_cdn_the_tls_fingerprint_is_judged_over_plain_http() {
+    use crawlguard_integration::client::{client, get, ip};
+    use crawlguard_integration::envoy::Envoy;
+    let (envoy, _up) = Envoy::start_with_upstream(json!({
+        "verifier": {"enabled": false},
+        "client_signals": {"ja4_header": "cf-ja4"}
+    }))
+    .await;
+    let ua = chrome_user_agent();
+    // curl on OpenSSL 3 (its b part is the catalog's OpenSSL default cipher list).
+    let library = "t13d3112h2_e8f1e7e78f70_b26ce05bbdd6";
+    let chromium = format!("t13d1516h2_{CHROMIUM_CIPHERS}_02713d6af862");
+    let hints = (
+        "sec-ch-ua",
+        "\"Chromium\";v=\"131\", \"Not_A Brand\";v=\"24\"",
+    );
+    let fetch = ("sec-fetch-site", "none");
+    let cases: [(&str, Vec<(&str, &str)>, &str); 5] = [
+        (
+            "library, no browser header",
+            vec![("cf-ja4", library)],
+            "suspect_browser",
+        ),
+        (
+            "library, fetch metadata",
+            vec![("cf-ja4", library), fetch],
+            "suspect_browser",
+        ),
+        (
+            "library, both headers",
+            vec![("cf-ja4", library), fetch, hints],
+            "suspect_browser",
+        ),
+        (
+            "chromium, no browser header",
+            vec![("cf-ja4", &chromium)],
+            "human",
+        ),
+        (
+            "chromium, both headers",
+            vec![("cf-ja4", &chromium), fetch, hints],
+            "human",
+        ),
+    ];
+    for (i, (what, headers, want)) in cases.iter().enumerate() {
+        let c = client(ip(40 + u8::try_from(i).unwrap_or(0)));
+        let r = get(&c, &envoy.url("/"), &ua, headers).await;
+        assert_eq!(r.status, 200, "{what}");
+        assert_eq!(r.upstream_class(), Some(*want), "{what}");
+    }
+    let stats = envoy.stats().await;
+    assert_eq!(
+        stats.get("wasmcustom.crawlguard.browser_check.tls_fingerprint.inconsistent"),
+        Some(&3),
+        "{stats:?}"
+    );
+}
