@@ -396,7 +396,9 @@ async fn behind_a_cdn_the_tls_fingerprint_is_judged_over_plain_http() {
         "\"Chromium\";v=\"131\", \"Not_A Brand\";v=\"24\"",
     );
     let fetch = ("sec-fetch-site", "none");
-    let cases: [(&str, Vec<(&str, &str)>, &str); 5] = [
+    // (what the client is, its headers, the class the upstream must see)
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: [Case; 5] = [
         (
             "library, no browser header",
             vec![("cf-ja4", library)],
