@@ -1246,3 +1246,38 @@ fn repeated_and_contradictory_values_are_refused_with_their_path() {
         ]
     );
 }
+
+/// Hostile review 2: a `bot` key charges no `human` request, and no `suspect_browser` one
+/// either (a human request whose browser check failed: it names no bot id). So a limit of
+/// class `suspect_browser` keyed by `bot` is refused like one of class `human`, and a `bot`
+/// limit of class `*` covers neither class in the never-limited warning.
+#[test]
+fn bot_keys_charge_no_human_or_suspect_browser_request() {
+    assert_eq!(
+        parse_err(
+            r#"{"limits":[{"name":"a","class":"suspect_browser","route":"*","rate_per_s":1,"burst":5,"key":"bot"}]}"#
+        ),
+        "limits[0].key: \"bot\" in a limit of class suspect_browser: suspect_browser requests \
+         name no bot id, so the limit would charge nothing"
+    );
+    let c = parse(
+        br#"{"limits":[{"name":"a","class":"*","route":"*","rate_per_s":1,"burst":5,"key":["bot","client_ip"]}]}"#,
+    )
+    .expect("valid");
+    let about: Vec<&String> = c
+        .warnings
+        .iter()
+        .filter(|w| w.starts_with("limits: no enforced limit covers class"))
+        .collect();
+    assert_eq!(about.len(), 2, "{about:#?}");
+    for (w, class) in about.iter().zip(["human", "suspect_browser"]) {
+        assert!(
+            w.starts_with(&format!(
+                "limits: no enforced limit covers class {class}: its requests are never \
+                 limited (its limits keyed by bot charge no one: its requests name no bot id; \
+                 a configuration's own limits replace all"
+            )),
+            "{w}"
+        );
+    }
+}
