@@ -112,11 +112,15 @@ pub(super) fn compile_limits(
             ));
         }
         let key = compile_key(&format!("{p}.key"), &l.key, class_header)?;
-        if key.has_bot() && class == Some(Class::Human) {
+        // A suspect_browser request is a human one a browser check failed: no bot id either.
+        if let Some(c @ (Class::Human | Class::SuspectBrowser)) = class.filter(|_| key.has_bot()) {
             return Err(err(
                 format!("{p}.key"),
-                "\"bot\" in a limit of class human: human requests name no bot id, so the \
-                 limit would charge nothing",
+                format!(
+                    "\"bot\" in a limit of class {c}: {c} requests name no bot id, so the \
+                     limit would charge nothing",
+                    c = c.as_str()
+                ),
             ));
         }
         let address_prefix = match (l.ipv4_prefix_len, l.ipv6_prefix_len) {

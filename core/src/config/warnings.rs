@@ -65,7 +65,9 @@ pub(super) fn retry_after(limits: &[Limit], classes: &PerClass<ClassPolicy>) -> 
 /// `mode` is `shadow` (then the whole configuration is a trial and its limits count).
 /// Routes are named as in `limits[].route`; `routes.len()` is `default`. Without
 /// `client_signals.asn_header` (`asn_header_set` false) a limit keyed by `asn` covers
-/// nothing: no request's network is known, so it never charges anyone.
+/// nothing: no request's network is known, so it never charges anyone. Nor does a limit
+/// keyed by `bot` cover `human` or `suspect_browser` (a limit of class `*`): their
+/// requests name no bot id.
 pub(super) fn uncovered_classes(
     limits: &[Limit],
     routes: &[Route],
@@ -80,12 +82,18 @@ pub(super) fn uncovered_classes(
                 && l.class.is_none_or(|c| c == class)
                 && l.route.is_none_or(|lr| lr == r)
         };
-        let mut inert_asn_keys = false;
+        // Keys that charge none of this class's requests: `asn` without its header, `bot`
+        // for the classes that name no bot id (a limit of class `*` reaches them too).
+        let inert_asn = |l: &Limit| !asn_header_set && l.key.has_asn();
+        let inert_bot =
+            |l: &Limit| l.key.has_bot() && matches!(class, Class::Human | Class::SuspectBrowser);
+        let (mut inert_asn_keys, mut inert_bot_keys) = (false, false);
         let uncovered: Vec<&str> = (0..=routes.len())
             .filter(|&r| {
                 let covering = || limits.iter().filter(|l| applies(l, r));
-                let uncovered = !covering().any(|l| asn_header_set || !l.key.has_asn());
-                inert_asn_keys |= uncovered && covering().any(|l| l.key.has_asn());
+                let uncovered = !covering().any(|l| !inert_asn(l) && !inert_bot(l));
+                inert_asn_keys |= uncovered && covering().any(inert_asn);
+                inert_bot_keys |= uncovered && covering().any(inert_bot);
                 uncovered
             })
             .map(|r| routes.get(r).map_or(DEFAULT_ROUTE, |rt| rt.name.as_str()))
@@ -120,11 +128,19 @@ pub(super) fn uncovered_classes(
              default for {c}: {theirs})",
             c = class.as_str(),
             there = if whereabouts.is_empty() { "" } else { " there" },
-            inert = if inert_asn_keys {
-                "its limits keyed by asn charge no one while client_signals.asn_header is \
-                 unset; "
-            } else {
-                ""
+            inert = match (inert_asn_keys, inert_bot_keys) {
+                (true, true) => {
+                    "its limits keyed by asn charge no one while client_signals.asn_header is \
+                     unset, those keyed by bot no one either: its requests name no bot id; "
+                }
+                (true, false) => {
+                    "its limits keyed by asn charge no one while client_signals.asn_header is \
+                     unset; "
+                }
+                (false, true) => {
+                    "its limits keyed by bot charge no one: its requests name no bot id; "
+                }
+                (false, false) => "",
             },
             n = defaults.len(),
             theirs = theirs.join(" and "),
