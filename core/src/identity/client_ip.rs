@@ -370,4 +370,57 @@ mod tests {
             }
         }
     }
+
+    /// Hostile review 2: the fast path against the text rules on random byte strings over
+    /// an address-heavy alphabet (every byte value too), and past the text rules' 64-byte
+    /// cap: a dotted quad with a long port is no address by the text rules.
+    #[test]
+    fn the_dotted_quad_fast_path_agrees_on_random_bytes_and_long_ports() {
+        let long = format!("1.2.3.4:{}", "0".repeat(57));
+        assert_eq!(long.len(), 65);
+        assert_eq!(parse_addr_text(long.as_bytes()), None);
+        assert_eq!(dotted_quad_with_port(long.as_bytes()), None);
+        assert_eq!(parse_addr(long.as_bytes()), None);
+        let at_cap = format!("1.2.3.4:{}", "0".repeat(56));
+        assert_eq!(
+            dotted_quad_with_port(at_cap.as_bytes()),
+            Some(Ipv4Addr::new(1, 2, 3, 4))
+        );
+
+        const ALPHABET: &[u8] = b"0123456789..::0125 \"[]%a";
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (mut cases, mut fast_hits) = (0u32, 0u32);
+        for _ in 0..300_000 {
+            let len = usize::try_from(next() % 24).unwrap_or(0);
+            let raw: Vec<u8> = (0..len)
+                .map(|_| {
+                    let r = next();
+                    if r % 16 == 0 {
+                        (r >> 8) as u8
+                    } else {
+                        let i = usize::try_from((r >> 8) % ALPHABET.len() as u64).unwrap_or(0);
+                        ALPHABET.get(i).copied().unwrap_or(b'0')
+                    }
+                })
+                .collect();
+            cases += 1;
+            if let Some(v4) = dotted_quad_with_port(&raw) {
+                fast_hits += 1;
+                assert_eq!(
+                    parse_addr_text(&raw),
+                    Some(IpAddr::V4(v4)),
+                    "{}",
+                    String::from_utf8_lossy(&raw)
+                );
+            }
+        }
+        assert_eq!(cases, 300_000);
+        assert!(fast_hits > 100, "{fast_hits}");
+    }
 }
