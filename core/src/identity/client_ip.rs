@@ -21,6 +21,10 @@ pub fn parse_addr(raw: &[u8]) -> Option<IpAddr> {
 /// [`parse_addr_text`] decides (which agrees wherever this gives an address: the test
 /// `the_dotted_quad_fast_path_agrees_with_the_text_rules`).
 fn dotted_quad_with_port(raw: &[u8]) -> Option<Ipv4Addr> {
+    // The text rules' cap (this form has nothing they would trim first).
+    if raw.len() > 64 {
+        return None;
+    }
     let mut octets = [0u8; 4];
     let mut filled = 0usize;
     let mut value = 0u16;
@@ -387,7 +391,8 @@ mod tests {
             Some(Ipv4Addr::new(1, 2, 3, 4))
         );
 
-        const ALPHABET: &[u8] = b"0123456789..::0125 \"[]%a";
+        const DIGITS: &[u8] = b"0123456789";
+        const SEPARATORS: &[u8] = b"............:: \"[]%a";
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = || {
             state ^= state << 13;
@@ -395,20 +400,33 @@ mod tests {
             state ^= state << 17;
             state
         };
+        let pick = |set: &[u8], r: u64| {
+            let i = usize::try_from(r % set.len() as u64).unwrap_or(0);
+            set.get(i).copied().unwrap_or(b'0')
+        };
         let (mut cases, mut fast_hits) = (0u32, 0u32);
         for _ in 0..300_000 {
-            let len = usize::try_from(next() % 24).unwrap_or(0);
-            let raw: Vec<u8> = (0..len)
-                .map(|_| {
-                    let r = next();
-                    if r % 16 == 0 {
-                        (r >> 8) as u8
-                    } else {
-                        let i = usize::try_from((r >> 8) % ALPHABET.len() as u64).unwrap_or(0);
-                        ALPHABET.get(i).copied().unwrap_or(b'0')
-                    }
-                })
-                .collect();
+            // Up to 6 runs of 0..=4 digits (mostly 1..=3), each followed by a separator (mostly a dot),
+            // now and then one byte of any value; half of them without the last separator.
+            let mut raw = Vec::new();
+            for _ in 0..(next() % 7) {
+                let run = match next() % 8 {
+                    0 => 0,
+                    1 => 4,
+                    r => 1 + r % 3,
+                };
+                for _ in 0..run {
+                    raw.push(pick(DIGITS, next()));
+                }
+                let r = next();
+                raw.push(match r % 20 {
+                    0 => (r >> 8) as u8,
+                    _ => pick(SEPARATORS, r >> 8),
+                });
+            }
+            if next() % 2 == 0 {
+                raw.pop();
+            }
             cases += 1;
             if let Some(v4) = dotted_quad_with_port(&raw) {
                 fast_hits += 1;
@@ -421,6 +439,7 @@ mod tests {
             }
         }
         assert_eq!(cases, 300_000);
-        assert!(fast_hits > 100, "{fast_hits}");
+        // Fixed seed: the same strings every run, 334 of them addresses by the fast path.
+        assert_eq!(fast_hits, 334);
     }
 }
