@@ -328,3 +328,43 @@ fn signal_settings_are_validated_with_their_paths() {
         "{unknown}"
     );
 }
+
+/// Hostile review 2 (4088e71, `tls_fingerprint` judged over plain HTTP too): a real browser
+/// over plain HTTP to Envoy sends no `sec-fetch-site` nor `sec-ch-ua`, and Envoy's header
+/// mutation gives no fingerprint there (`%TLS_JA4_FINGERPRINT%` empty, so no header, or a
+/// `-`): still `human`, for every checked User-Agent. Where the mutation was forgotten, a
+/// client's own JA4 header makes only its own request `suspect_browser`.
+#[test]
+fn over_plain_http_a_browser_without_a_fingerprint_is_human() {
+    let plain = |ua: &str, extra: &[(&str, &str)]| {
+        let mut p = FakeProxy::new(ALL, T0);
+        p.tls = false;
+        p.protocol = Some("HTTP/1.1".to_string());
+        let mut headers = vec![(":path", "/page"), ("user-agent", ua)];
+        headers.extend_from_slice(extra);
+        let (ctx, _) = p.request(&headers, "192.0.2.1:4000");
+        let (other, _) = p.request(&[(":path", "/page"), ("user-agent", ua)], "192.0.2.1:4001");
+        (
+            p.class_of(ctx).unwrap_or_default(),
+            p.class_of(other).unwrap_or_default(),
+        )
+    };
+    let mut cases = 0;
+    for ua in [CHROME, ANDROID_CHROME, FIREFOX] {
+        for extra in [&[][..], &[("x-ja4", "-")], &[("x-ja4", "")]] {
+            cases += 1;
+            assert_eq!(
+                plain(ua, extra),
+                ("human".into(), "human".into()),
+                "{ua} {extra:?}"
+            );
+        }
+        cases += 1;
+        assert_eq!(
+            plain(ua, &[("x-ja4", JA4_PYTHON)]),
+            ("suspect_browser".into(), "human".into()),
+            "{ua}"
+        );
+    }
+    assert_eq!(cases, 12);
+}
