@@ -191,7 +191,9 @@ impl Signals<'_> {
 }
 
 /// `judge` as of e6a2f65^ (the excuses searched for before the signal is read), with the
-/// substring-search versions and the TLS fingerprint judged whatever the connection.
+/// substring-search versions. The one change since, the TLS fingerprint judged whatever the
+/// connection, reaches both through the catalog's data (`tls_fingerprint` is not
+/// `secure_only`).
 fn judge_before(cfg: &Config, host: &mut dyn Host, ua: &[u8]) -> BrowserJudgement {
     let mut out = BrowserJudgement::default();
     let checks = builtin_browser_checks();
@@ -206,10 +208,8 @@ fn judge_before(cfg: &Config, host: &mut dyn Host, ua: &[u8]) -> BrowserJudgemen
     };
     for (i, check) in checks.iter().enumerate() {
         let mode = cfg.browser_checks.mode(i);
-        // The one change since: the TLS fingerprint is judged over a plain connection too
-        // (a CDN's), however the checks before it read the connection's TLS.
         if mode == BrowserCheckMode::Off
-            || (check.secure_only && check.signal != Signal::TlsFingerprint && s.tls == Some(false))
+            || (check.secure_only && s.tls == Some(false))
             || !check.applies_to(ua, &versions)
         {
             continue;

@@ -112,8 +112,7 @@ pub(super) fn compile_limits(
             ));
         }
         let key = compile_key(&format!("{p}.key"), &l.key, class_header)?;
-        // A suspect_browser request is a human one a browser check failed: no bot id either.
-        if let Some(c @ (Class::Human | Class::SuspectBrowser)) = class.filter(|_| key.has_bot()) {
+        if let Some(c) = class.filter(|c| key.has_bot() && c.names_no_bot()) {
             return Err(err(
                 format!("{p}.key"),
                 format!(

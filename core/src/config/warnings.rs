@@ -85,8 +85,7 @@ pub(super) fn uncovered_classes(
         // Keys that charge none of this class's requests: `asn` without its header, `bot`
         // for the classes that name no bot id (a limit of class `*` reaches them too).
         let inert_asn = |l: &Limit| !asn_header_set && l.key.has_asn();
-        let inert_bot =
-            |l: &Limit| l.key.has_bot() && matches!(class, Class::Human | Class::SuspectBrowser);
+        let inert_bot = |l: &Limit| l.key.has_bot() && class.names_no_bot();
         let (mut inert_asn_keys, mut inert_bot_keys) = (false, false);
         let uncovered: Vec<&str> = (0..=routes.len())
             .filter(|&r| {
@@ -128,20 +127,21 @@ pub(super) fn uncovered_classes(
              default for {c}: {theirs})",
             c = class.as_str(),
             there = if whereabouts.is_empty() { "" } else { " there" },
-            inert = match (inert_asn_keys, inert_bot_keys) {
-                (true, true) => {
-                    "its limits keyed by asn charge no one while client_signals.asn_header is \
-                     unset, those keyed by bot no one either: its requests name no bot id; "
-                }
-                (true, false) => {
-                    "its limits keyed by asn charge no one while client_signals.asn_header is \
-                     unset; "
-                }
-                (false, true) => {
-                    "its limits keyed by bot charge no one: its requests name no bot id; "
-                }
-                (false, false) => "",
-            },
+            inert = [
+                (
+                    inert_asn_keys,
+                    "its limits keyed by asn charge no one while \
+                                  client_signals.asn_header is unset; "
+                ),
+                (
+                    inert_bot_keys,
+                    "its limits keyed by bot charge no one: its requests \
+                                  name no bot id; "
+                ),
+            ]
+            .iter()
+            .filter_map(|(on, why)| on.then_some(*why))
+            .collect::<String>(),
             n = defaults.len(),
             theirs = theirs.join(" and "),
         ));

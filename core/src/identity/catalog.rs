@@ -128,32 +128,21 @@ pub fn builtin_datacenter_asns() -> &'static [u32] {
 /// named), read once per request for every check: the version after a token's first
 /// occurrence (ASCII case ignored), `None` when no digit follows it there.
 ///
-/// Tokens ending in `/` (every built-in one: `chrome/`, `firefox/`) are found in one pass
-/// over the User-Agent's slashes, a handful per User-Agent, comparing the bytes before each;
-/// any other token by a substring search. This runs on every browser request: a substring
-/// search per token cost the module more than the rest of the browser checks
+/// Every token ends in `/` (the catalog's validation requires it: `chrome/`, `firefox/`), so
+/// the tokens are found in one pass over the User-Agent's slashes, a handful per
+/// User-Agent, comparing the bytes before each. This runs on every browser request: a
+/// substring search per token cost the module more than the rest of the browser checks
 /// (bench/profile.md).
 pub fn browser_versions(ua: &[u8]) -> [Option<u32>; MAX_BROWSER_TOKENS] {
     let mut out = [None; MAX_BROWSER_TOKENS];
     let mut found = [false; MAX_BROWSER_TOKENS];
     let tokens = browser_tokens();
-    let version_at = |end: usize| major_version(ua.get(end..).unwrap_or_default());
-    for ((slot, seen), token) in out.iter_mut().zip(found.iter_mut()).zip(tokens) {
-        if !token.ends_with('/') {
-            *seen = true;
-            *slot = find_ascii_ci(ua, token.as_bytes()).and_then(version_at);
-        }
-    }
-    let mut missing = found.iter().take(tokens.len()).filter(|f| !**f).count();
-    let mut at = 0;
-    while missing > 0 {
-        let Some(slash) = ua
-            .get(at..)
-            .and_then(|rest| rest.iter().position(|b| *b == b'/'))
-        else {
+    let mut missing = tokens.len().min(MAX_BROWSER_TOKENS);
+    let slash_ends = ua.iter().enumerate().filter(|(_, b)| **b == b'/');
+    for end in slash_ends.map(|(i, _)| i + 1) {
+        if missing == 0 {
             break;
-        };
-        let end = at + slash + 1;
+        }
         for ((slot, seen), token) in out.iter_mut().zip(found.iter_mut()).zip(tokens) {
             let t = token.as_bytes();
             let here = end
@@ -163,10 +152,9 @@ pub fn browser_versions(ua: &[u8]) -> [Option<u32>; MAX_BROWSER_TOKENS] {
             if !*seen && here {
                 *seen = true;
                 missing -= 1;
-                *slot = version_at(end);
+                *slot = major_version(ua.get(end..).unwrap_or_default());
             }
         }
-        at = end;
     }
     out
 }

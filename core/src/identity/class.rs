@@ -81,6 +81,13 @@ impl Class {
         )
     }
 
+    /// True for the classes whose requests name no catalog bot (`human`, and
+    /// `suspect_browser`: a human request a browser check failed), so a `bot` limit key
+    /// never charges them.
+    pub const fn names_no_bot(self) -> bool {
+        matches!(self, Class::Human | Class::SuspectBrowser)
+    }
+
     /// Parses a snake_case class name; `None` if unknown.
     pub fn parse(name: &str) -> Option<Class> {
         Class::ALL.iter().copied().find(|c| c.as_str() == name)

@@ -40,24 +40,20 @@ impl RequestState {
         // The status is one host call that returns a buffer (about 11,000 instructions per
         // request in Envoy, bench/profile.md): read only for what needs it, the rewrite of
         // upstream rejections and the origin's health under shedding.
-        let timed = matches!(
-            self.phase,
+        let timed = match self.phase {
             Phase::Forwarded {
-                sent_at_ns: Some(_),
+                route,
+                sent_at_ns: Some(sent),
+                client,
                 ..
-            }
-        );
-        if !cfg.rewrite.enabled && !timed {
+            } => Some((route, sent, client)),
+            _ => None,
+        };
+        if !cfg.rewrite.enabled && timed.is_none() {
             return Step::Continue;
         }
         let status = host.response_header(":status");
-        if let Phase::Forwarded {
-            route,
-            sent_at_ns: Some(sent),
-            client,
-            ..
-        } = self.phase
-        {
+        if let Some((route, sent, client)) = timed {
             // The origin's health: time from forwarding to response headers, and 5xx
             // (Envoy's own 503/504 for resets and timeouts included).
             let now = host.now_ns().unwrap_or(sent);
